@@ -1,0 +1,136 @@
+"""Local planar projection of a campaign region and its report grid.
+
+A campaign region is a lat/lon rectangle of city scale. Locations are mapped
+to metres by an equirectangular projection centred on the region's middle
+latitude: ``x = R cos(lat_mid) (lon - lon_min)``, ``y = R (lat - lat_min)``
+(angles in radians, ``R`` the mean Earth radius). Over a few kilometres its
+distance error is far below a cell.
+
+The report grid tiles the region with square cells of ``cell_size_m`` metres,
+starting at the south-west corner; cells are numbered row-major from there
+(``index = row * cols + col``, row 0 in the south). When the region's size is
+not a multiple of the cell size the last row and column reach a little past
+the region; the grid rectangle ``[0, cols*cell] x [0, rows*cell]`` is the
+set that perturbed locations are remapped into.
+
+Cell centres travel on the wire as latitude/longitude rounded to
+``COORD_DECIMALS`` places (about a centimetre), which both sides compute with
+the same code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+EARTH_RADIUS_M = 6_371_008.8
+COORD_DECIMALS = 7
+# A reported centre may differ from the exact one by this much (degrees).
+CENTRE_TOLERANCE_DEG = 1e-6
+
+
+@dataclass(frozen=True)
+class Region:
+    """A latitude/longitude rectangle, in degrees."""
+
+    lat_min: float
+    lat_max: float
+    lon_min: float
+    lon_max: float
+
+    def contains(self, lat: float, lon: float) -> bool:
+        return self.lat_min <= lat <= self.lat_max and self.lon_min <= lon <= self.lon_max
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "lat_min": self.lat_min,
+            "lat_max": self.lat_max,
+            "lon_min": self.lon_min,
+            "lon_max": self.lon_max,
+        }
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The report grid of a region: projection, cell lookup and cell centres."""
+
+    region: Region
+    cell_size_m: float
+    rows: int = field(init=False, compare=False)
+    cols: int = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        lat_mid = math.radians((self.region.lat_min + self.region.lat_max) / 2)
+        metres_per_deg_lat = EARTH_RADIUS_M * math.pi / 180
+        metres_per_deg_lon = metres_per_deg_lat * math.cos(lat_mid)
+        width = (self.region.lon_max - self.region.lon_min) * metres_per_deg_lon
+        height = (self.region.lat_max - self.region.lat_min) * metres_per_deg_lat
+        # A hair of slack so that a region of exactly n cells is not given n + 1.
+        cols = max(1, math.ceil(width / self.cell_size_m - 1e-9))
+        rows = max(1, math.ceil(height / self.cell_size_m - 1e-9))
+        object.__setattr__(self, "_m_per_deg_lat", metres_per_deg_lat)
+        object.__setattr__(self, "_m_per_deg_lon", metres_per_deg_lon)
+        object.__setattr__(self, "rows", rows)
+        object.__setattr__(self, "cols", cols)
+
+    @property
+    def n_cells(self) -> int:
+        return self.rows * self.cols
+
+    @property
+    def width_m(self) -> float:
+        return self.cols * self.cell_size_m
+
+    @property
+    def height_m(self) -> float:
+        return self.rows * self.cell_size_m
+
+    def to_xy(self, lat: float, lon: float) -> tuple[float, float]:
+        """Metres east and north of the region's south-west corner."""
+        return (
+            (lon - self.region.lon_min) * self._m_per_deg_lon,
+            (lat - self.region.lat_min) * self._m_per_deg_lat,
+        )
+
+    def to_latlon(self, x: float, y: float) -> tuple[float, float]:
+        return (
+            self.region.lat_min + y / self._m_per_deg_lat,
+            self.region.lon_min + x / self._m_per_deg_lon,
+        )
+
+    def cell_of_xy(self, x: float, y: float) -> int:
+        """The cell holding the point after remapping it into the grid rectangle.
+
+        Clamping each coordinate to the rectangle is the nearest point of the
+        rectangle (the remapping of the truncated mechanism); the cell is then
+        found by integer division.
+        """
+        col = min(max(int(x // self.cell_size_m), 0), self.cols - 1)
+        row = min(max(int(y // self.cell_size_m), 0), self.rows - 1)
+        return row * self.cols + col
+
+    def cell_of(self, lat: float, lon: float) -> int:
+        """The cell of a location inside the region."""
+        return self.cell_of_xy(*self.to_xy(lat, lon))
+
+    def centre_xy(self, index: int) -> tuple[float, float]:
+        row, col = divmod(index, self.cols)
+        return ((col + 0.5) * self.cell_size_m, (row + 0.5) * self.cell_size_m)
+
+    def centre(self, index: int) -> tuple[float, float]:
+        """A cell's centre as (lat, lon), rounded as it travels on the wire."""
+        lat, lon = self.to_latlon(*self.centre_xy(index))
+        return round(lat, COORD_DECIMALS), round(lon, COORD_DECIMALS)
+
+    def centre_index(self, lat: float, lon: float) -> int | None:
+        """The cell whose wire centre is (lat, lon), or None if it is no centre."""
+        x, y = self.to_xy(lat, lon)
+        col = math.floor(x / self.cell_size_m)
+        row = math.floor(y / self.cell_size_m)
+        if not (0 <= row < self.rows and 0 <= col < self.cols):
+            return None
+        index = row * self.cols + col
+        c_lat, c_lon = self.centre(index)
+        if abs(c_lat - lat) > CENTRE_TOLERANCE_DEG or abs(c_lon - lon) > CENTRE_TOLERANCE_DEG:
+            return None
+        return index

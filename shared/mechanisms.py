@@ -1,0 +1,319 @@
+"""The three mechanisms, behind one interface.
+
+Each mechanism maps a user's true value to an *input index* ``x`` and a
+report to an *output index* ``y``; its channel is ``C[x, y] = P(report y |
+true x)`` (rows sum to 1). Every mechanism offers:
+
+* ``perturb(value, rng)``: one user's report, sampled on the device from a
+  CSPRNG (``secrets.SystemRandom`` unless a source is injected) with exact
+  integer arithmetic for discrete choices. Standard library only.
+* ``sample(x, generator)``: the vectorised sampler for simulation (numpy
+  ``Generator``; numpy is imported only when this is called).
+* ``report_value(y)`` / ``parse_report_value(raw)``: the wire form of a report
+  and its validation on the server.
+
+The aggregator builds the channel operator from a mechanism with
+``aggregator.estimation.channels.channel_for``.
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from shared.errors import ReportError
+from shared.geo import Grid
+from shared.rng import RandomSource, default_rng, randbelow, standard_exponential, uniform_angle
+from shared.spec import KRR as KRR_NAME
+from shared.spec import PLANAR_LAPLACE, RR, RR_DEFAULT_DOMAIN, CampaignSpec, finite_number
+
+# The denominator unit of k-RR's integer weights: probabilities are resolved to 2**-64.
+_WEIGHT_UNIT = 1 << 64
+
+
+def _check_epsilon(epsilon: Any) -> float:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
+        raise TypeError(f"epsilon must be a real number, got {type(epsilon).__name__}")
+    epsilon = float(epsilon)
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
+    return epsilon
+
+
+def keep_weight(epsilon: float, unit: int = _WEIGHT_UNIT) -> int:
+    """The largest integer ``w`` with ``w / unit <= exp(epsilon)``, and at least ``unit``.
+
+    ``exp`` is evaluated in 80-digit decimal arithmetic from the exact binary
+    value of ``epsilon``, and one unit is taken off, so the ratio of the
+    integer weights can never exceed ``exp(epsilon)`` through rounding.
+    """
+    with decimal.localcontext() as ctx:
+        ctx.prec = 80
+        scaled = decimal.Decimal(epsilon).exp() * unit
+    return max(unit, int(scaled) - 1)
+
+
+class Mechanism(ABC):
+    """One LDP mechanism: parameters, on-device sampler, vectorised sampler, wire form."""
+
+    name: ClassVar[str]
+    epsilon: float
+
+    @property
+    @abstractmethod
+    def n_inputs(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def n_outputs(self) -> int: ...
+
+    @abstractmethod
+    def encode(self, value: Any) -> int:
+        """The input index of a true value; :class:`ReportError` if it is not in the domain."""
+
+    @abstractmethod
+    def perturb_index(self, x: int, rng: RandomSource) -> int:
+        """Sample an output index for input ``x`` (exact, secure, standard library only)."""
+
+    @abstractmethod
+    def report_value(self, y: int) -> Any:
+        """The wire value of output ``y``."""
+
+    @abstractmethod
+    def parse_report_value(self, raw: Any, field: str = "value") -> int:
+        """The output index of a wire value; :class:`ReportError` if it is not a valid report."""
+
+    @abstractmethod
+    def sample(self, x, generator):
+        """Vectorised: output indices for an integer array of input indices."""
+
+    def perturb(self, value: Any, rng: RandomSource | None = None) -> Any:
+        """One user's noisy report, as it goes on the wire."""
+        x = self.encode(value)
+        return self.report_value(self.perturb_index(x, rng if rng is not None else default_rng()))
+
+    @staticmethod
+    def from_spec(spec: CampaignSpec) -> Mechanism:
+        if spec.mechanism == PLANAR_LAPLACE:
+            return PlanarLaplace(epsilon=spec.epsilon, grid=spec.grid)
+        if spec.mechanism == RR:
+            return RandomizedResponse(epsilon=spec.epsilon, domain=spec.domain)
+        return KRR(epsilon=spec.epsilon, domain=spec.domain)
+
+
+class KRR(Mechanism):
+    r"""k-ary randomized response over a finite list of labels.
+
+    Reports the true label with probability :math:`p = e^\varepsilon / (e^\varepsilon + k - 1)`
+    and each other label with :math:`q = 1 / (e^\varepsilon + k - 1)`; the channel is
+    :math:`C = (p - q) I + q \mathbf{1}\mathbf{1}^T`. (Warner 1965; Kairouz, Oh and
+    Viswanath, "Extremal mechanisms for local differential privacy", 2014.)
+
+    On the device the choice is one ``randbelow(M)`` over integer weights:
+    ``keep`` for the true label and ``unit`` for each other label,
+    ``M = keep + (k - 1) unit``, with ``keep / unit <= e^epsilon`` guaranteed
+    by :func:`keep_weight`. ``realized_epsilon = ln(keep / unit)`` is the
+    privacy actually given, never above ``epsilon``.
+
+    Parameters
+    ----------
+    epsilon : float
+        The local-DP parameter, finite and > 0.
+    domain : sequence of str
+        At least two distinct labels.
+    """
+
+    name = KRR_NAME
+
+    def __init__(self, *, epsilon: float, domain: Sequence[str]):
+        self.epsilon = _check_epsilon(epsilon)
+        if isinstance(domain, str) or not isinstance(domain, Sequence):
+            raise TypeError("domain must be a sequence of labels")
+        labels = tuple(domain)
+        if any(not isinstance(label, str) for label in labels):
+            raise TypeError("domain labels must be strings")
+        if len(labels) < 2 or len(set(labels)) != len(labels):
+            raise ValueError(f"domain must have at least 2 distinct labels, got {len(labels)}")
+        self.domain = labels
+        self._index = {label: i for i, label in enumerate(labels)}
+        self.unit_weight = _WEIGHT_UNIT
+        self.keep_weight = keep_weight(self.epsilon)
+        self.total_weight = self.keep_weight + (len(labels) - 1) * self.unit_weight
+
+    @property
+    def k(self) -> int:
+        return len(self.domain)
+
+    @property
+    def n_inputs(self) -> int:
+        return self.k
+
+    @property
+    def n_outputs(self) -> int:
+        return self.k
+
+    @property
+    def p_keep(self) -> float:
+        """P(report = true label), as the on-device sampler realises it."""
+        return self.keep_weight / self.total_weight
+
+    @property
+    def p_other(self) -> float:
+        """P(report = one given other label)."""
+        return self.unit_weight / self.total_weight
+
+    @property
+    def realized_epsilon(self) -> float:
+        return math.log(self.keep_weight / self.unit_weight)
+
+    def encode(self, value: Any) -> int:
+        if not isinstance(value, str):
+            raise ReportError("the value must be one of the campaign's labels", field="value")
+        try:
+            return self._index[value]
+        except KeyError:
+            raise ReportError("the value is not one of the campaign's labels", field="value") from None
+
+    def perturb_index(self, x: int, rng: RandomSource) -> int:
+        draw = randbelow(rng, self.total_weight)
+        # The same arithmetic runs whatever x is; only the final pick uses it.
+        other = (draw - self.keep_weight) // self.unit_weight
+        shifted = other + (other >= x)
+        return x if draw < self.keep_weight else shifted
+
+    def report_value(self, y: int) -> str:
+        return self.domain[y]
+
+    def parse_report_value(self, raw: Any, field: str = "value") -> int:
+        if not isinstance(raw, str):
+            raise ReportError(
+                f"{field} must be a label string, got {type(raw).__name__}", field=field
+            )
+        try:
+            return self._index[raw]
+        except KeyError:
+            raise ReportError(f"{field} is not one of the campaign's labels", field=field) from None
+
+    def sample(self, x, generator):
+        import numpy as np
+
+        x = np.asarray(x, dtype=np.int64)
+        keep = generator.random(x.shape) < self.p_keep
+        other = generator.integers(0, self.k - 1, size=x.shape, dtype=np.int64)
+        other += other >= x
+        return np.where(keep, x, other)
+
+
+class RandomizedResponse(KRR):
+    r"""Binary randomized response (Warner 1965): k-RR with two labels.
+
+    Reports the true answer with probability :math:`e^\varepsilon / (1 + e^\varepsilon)`.
+    The labels default to ``("no", "yes")``.
+    """
+
+    name = RR
+
+    def __init__(self, *, epsilon: float, domain: Sequence[str] = RR_DEFAULT_DOMAIN):
+        super().__init__(epsilon=epsilon, domain=domain)
+        if self.k != 2:
+            raise ValueError(f"randomized response takes exactly two labels, got {self.k}")
+
+
+class PlanarLaplace(Mechanism):
+    r"""The planar Laplace mechanism for geo-indistinguishability, on a report grid.
+
+    Andrés, Bordenabe, Chatzikokolakis and Palamidessi, "Geo-indistinguishability:
+    differential privacy for location-based systems", CCS 2013. Noise has density
+    :math:`\frac{\varepsilon^2}{2\pi} e^{-\varepsilon d(x, z)}` (``epsilon`` per metre):
+    the angle is uniform and the radius is Gamma(2, 1/epsilon), drawn as the sum of
+    two full-resolution exponentials.
+
+    The pipeline on the device:
+
+    1. the true location is mapped to the centre of its grid cell (``encode``);
+    2. planar Laplace noise is added to that centre;
+    3. the noisy point is remapped to the nearest point of the grid rectangle and
+       snapped to its cell (the "truncation" and "discretisation" steps of the
+       paper, Section 4).
+
+    Steps 2-3 are exact planar Laplace followed by post-processing, so between
+    cell centres the report satisfies ``epsilon * d``-geo-indistinguishability;
+    snapping removes the floating-point artefacts of the raw sample from what
+    is sent. For raw locations ``u, v`` the guarantee is ``epsilon *
+    d(centre(u), centre(v)) <= epsilon * (d(u, v) + cell * sqrt(2))``, and two
+    locations in one cell cannot be told apart at all.
+    ``shared.privacy.guarantee`` states these figures for a campaign.
+    """
+
+    name = PLANAR_LAPLACE
+
+    def __init__(self, *, epsilon: float, grid: Grid):
+        self.epsilon = _check_epsilon(epsilon)
+        if not isinstance(grid, Grid):
+            raise TypeError("grid must be a shared.geo.Grid")
+        self.grid = grid
+
+    @property
+    def n_inputs(self) -> int:
+        return self.grid.n_cells
+
+    @property
+    def n_outputs(self) -> int:
+        return self.grid.n_cells
+
+    def encode(self, value: Any) -> int:
+        lat, lon = self._latlon(value, "value", ReportError)
+        if not self.grid.region.contains(lat, lon):
+            raise ReportError("the location is outside the campaign region", field="value")
+        return self.grid.cell_of(lat, lon)
+
+    @staticmethod
+    def _latlon(value: Any, field: str, error: type[ReportError]) -> tuple[float, float]:
+        if isinstance(value, dict):
+            if set(value) != {"lat", "lon"}:
+                raise error(f"{field} must be an object with exactly lat and lon", field=field)
+            lat, lon = value["lat"], value["lon"]
+        elif isinstance(value, (tuple, list)) and len(value) == 2:
+            lat, lon = value
+        else:
+            raise error(f"{field} must be a location {{lat, lon}}", field=field)
+        return finite_number(lat, f"{field}.lat", error), finite_number(lon, f"{field}.lon", error)
+
+    def perturb_index(self, x: int, rng: RandomSource) -> int:
+        cx, cy = self.grid.centre_xy(x)
+        radius = (standard_exponential(rng) + standard_exponential(rng)) / self.epsilon
+        theta = uniform_angle(rng)
+        return self.grid.cell_of_xy(cx + radius * math.cos(theta), cy + radius * math.sin(theta))
+
+    def report_value(self, y: int) -> dict[str, float]:
+        lat, lon = self.grid.centre(y)
+        return {"lat": lat, "lon": lon}
+
+    def parse_report_value(self, raw: Any, field: str = "value") -> int:
+        if not isinstance(raw, dict):
+            raise ReportError(f"{field} must be an object {{lat, lon}}", field=field)
+        lat, lon = self._latlon(raw, field, ReportError)
+        index = self.grid.centre_index(lat, lon)
+        if index is None:
+            raise ReportError(
+                f"{field} is not the centre of a cell of the campaign's report grid", field=field
+            )
+        return index
+
+    def sample(self, x, generator):
+        import numpy as np
+
+        x = np.asarray(x, dtype=np.int64)
+        grid = self.grid
+        cell = grid.cell_size_m
+        row, col = np.divmod(x, grid.cols)
+        radius = generator.gamma(2.0, 1.0 / self.epsilon, size=x.shape)
+        theta = generator.uniform(0.0, 2.0 * np.pi, size=x.shape)
+        px = (col + 0.5) * cell + radius * np.cos(theta)
+        py = (row + 0.5) * cell + radius * np.sin(theta)
+        out_col = np.clip(np.floor(px / cell), 0, grid.cols - 1).astype(np.int64)
+        out_row = np.clip(np.floor(py / cell), 0, grid.rows - 1).astype(np.int64)
+        return out_row * grid.cols + out_col

@@ -1,0 +1,76 @@
+"""The one randomness interface of the reporting path.
+
+Mechanisms draw randomness only through ``rng.getrandbits(k)``, the one
+method that :class:`secrets.SystemRandom` (the operating system's CSPRNG, the
+default) and ``random.Random(seed)`` (for tests) both offer publicly; the
+helpers below turn those bits into exact uniform integers, full-resolution
+uniform doubles, exponentials and angles. Nothing here keeps module-level
+state.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from typing import Protocol
+
+_MANTISSA_BITS = 52
+_WORD_BITS = 64
+# Uniforms below 2**-1074 would underflow a double; stop scanning there.
+_MAX_EXPONENT = 1074
+
+
+class RandomSource(Protocol):
+    def getrandbits(self, k: int) -> int: ...
+
+
+def default_rng() -> RandomSource:
+    """A fresh handle on the operating system's CSPRNG."""
+    return secrets.SystemRandom()
+
+
+def randbelow(rng: RandomSource, n: int) -> int:
+    """A uniform integer in ``[0, n)``, exactly, by rejection on ``n.bit_length()`` bits.
+
+    Each try succeeds with probability above 1/2; the number of tries depends
+    only on the random bits, never on what the caller will do with the result.
+    """
+    if n <= 0:
+        raise ValueError(f"randbelow needs n > 0, got {n}")
+    bits = n.bit_length()
+    draw = rng.getrandbits(bits)
+    while draw >= n:
+        draw = rng.getrandbits(bits)
+    return draw
+
+
+def open_unit_uniform(rng: RandomSource) -> float:
+    """A uniform double in (0, 1) at full floating-point resolution.
+
+    The exponent is drawn by counting leading zero bits of a random bit
+    stream (each halving has probability 1/2) and the 52-bit mantissa is
+    uniform, so every double in (0, 1) is reachable with the probability of
+    the interval it stands for, down to 2**-1074. A plain
+    ``getrandbits(53) / 2**53`` stops at 2**-53, which would cut the tail of
+    an exponential at about 36.7 and make far-away outputs impossible.
+    """
+    exponent = 1
+    while exponent < _MAX_EXPONENT:
+        word = rng.getrandbits(_WORD_BITS)
+        if word:
+            exponent += _WORD_BITS - word.bit_length()
+            break
+        exponent += _WORD_BITS
+    mantissa = rng.getrandbits(_MANTISSA_BITS)
+    # Midpoint of the mantissa cell: never exactly 0 or 1.
+    return math.ldexp((1 << _MANTISSA_BITS) + mantissa + 0.5, -_MANTISSA_BITS - exponent)
+
+
+def standard_exponential(rng: RandomSource) -> float:
+    """An Exp(1) draw, ``-log(U)`` with a full-resolution uniform ``U``."""
+    return -math.log(open_unit_uniform(rng))
+
+
+def uniform_angle(rng: RandomSource) -> float:
+    """A uniform angle in [0, 2*pi) with 53 random bits."""
+    return math.tau * rng.getrandbits(53) / (1 << 53)
