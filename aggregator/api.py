@@ -1,0 +1,147 @@
+"""The REST API under ``/api/v1``; ``docs/aggregator.md`` and the OpenAPI document describe it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import flask
+
+from aggregator import estimates
+from aggregator.auth import ADMIN, ANALYST, require
+from aggregator.db import get_store
+from aggregator.errors import APIError
+from aggregator.reports import parse_submission
+from aggregator.store import STATUSES, Campaign
+from shared.errors import ValidationError
+from shared.mechanisms import Mechanism
+from shared.spec import ID_PATTERN, CampaignSpec
+
+bp = flask.Blueprint("api", __name__, url_prefix="/api/v1")
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def json_body() -> Any:
+    """The request's JSON body: 415 unless it is JSON, 400 if it does not parse."""
+    if not flask.request.is_json:
+        raise APIError(415, "unsupported_media_type", "the body must be application/json")
+    raw = flask.request.get_data(cache=False)
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise APIError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
+
+
+def load_campaign(campaign_id: str) -> Campaign:
+    """The campaign named in the URL (404 for an unknown or malformed id)."""
+    if not ID_PATTERN.match(campaign_id):
+        raise APIError(404, "campaign_not_found", f"no campaign {campaign_id!r}")
+    return get_store().get_campaign(campaign_id)
+
+
+@bp.get("/health")
+def health() -> flask.Response:
+    get_store().connection.ping()
+    return flask.jsonify({"status": "ok"})
+
+
+@bp.get("/campaigns")
+def list_campaigns() -> flask.Response:
+    return flask.jsonify({"campaigns": [c.to_wire() for c in get_store().list_campaigns()]})
+
+
+@bp.post("/campaigns")
+@require(ADMIN)
+def create_campaign() -> tuple[flask.Response, int]:
+    body = json_body()
+    if isinstance(body, dict):
+        server_fields = sorted(set(body) & {"status", "spec_hash", "created_at"})
+        if server_fields:
+            field = server_fields[0]
+            raise ValidationError(f"{field} is set by the server", field=field, code="invalid_spec")
+    spec = CampaignSpec.from_dict(body)
+    campaign, created = get_store().create_campaign(spec)
+    response = flask.jsonify(campaign.to_wire())
+    response.headers["Location"] = flask.url_for("api.get_campaign", campaign_id=spec.id)
+    return response, 201 if created else 200
+
+
+@bp.get("/campaigns/<campaign_id>")
+def get_campaign(campaign_id: str) -> flask.Response:
+    return flask.jsonify(load_campaign(campaign_id).to_wire())
+
+
+@bp.patch("/campaigns/<campaign_id>")
+@require(ADMIN)
+def update_campaign(campaign_id: str) -> flask.Response:
+    """Only the status can change; the spec is immutable."""
+    load_campaign(campaign_id)
+    body = json_body()
+    if not isinstance(body, dict) or set(body) != {"status"}:
+        raise ValidationError(
+            'the body must be {"status": "open" | "closed"}; a spec cannot be changed',
+            field=None,
+            code="invalid_update",
+        )
+    if body["status"] not in STATUSES:
+        raise ValidationError(
+            f"status must be one of {', '.join(STATUSES)}", field="status", code="invalid_update"
+        )
+    return flask.jsonify(get_store().set_status(campaign_id, body["status"]).to_wire())
+
+
+@bp.post("/campaigns/<campaign_id>/reports")
+def submit_reports(campaign_id: str) -> flask.Response:
+    campaign = load_campaign(campaign_id)
+    reports = parse_submission(
+        json_body(),
+        Mechanism.from_spec(campaign.spec),
+        campaign.spec_hash,
+        max_batch=flask.current_app.config["MAX_BATCH"],
+    )
+    result = get_store().ingest(campaign_id, reports)
+    return flask.jsonify(
+        {
+            "campaign": campaign_id,
+            "received": len(reports),
+            "accepted": result.accepted,
+            "duplicates": result.duplicates,
+        }
+    )
+
+
+@bp.get("/campaigns/<campaign_id>/counts")
+@require(ANALYST)
+def get_counts(campaign_id: str) -> flask.Response:
+    """Reports per output symbol and per hour (the raw material of the dashboards)."""
+    campaign = load_campaign(campaign_id)
+    store = get_store()
+    mechanism = Mechanism.from_spec(campaign.spec)
+    counts = store.counts(campaign_id)
+    labels = estimates.output_labels(mechanism)
+    return flask.jsonify(
+        {
+            "campaign": campaign_id,
+            "n": sum(counts.values()),
+            "counts": [{"label": labels[y], "count": counts.get(y, 0)} for y in range(len(labels))],
+            "hourly": [{"hour": h, "count": c} for h, c in store.hourly_counts(campaign_id)],
+        }
+    )
+
+
+@bp.get("/campaigns/<campaign_id>/estimate")
+@require(ANALYST)
+def get_estimate(campaign_id: str) -> flask.Response:
+    method = estimates.parse_method(flask.request.args.get("method", estimates.DEFAULT_METHOD))
+    unknown = sorted(set(flask.request.args) - {"method", "confidence"})
+    if unknown:
+        raise ValidationError(
+            f"unknown parameter {unknown[0]!r}", field=unknown[0], code="invalid_parameter"
+        )
+    confidence = estimates.parse_confidence(flask.request.args.get("confidence"))
+    campaign = load_campaign(campaign_id)
+    counts = get_store().counts(campaign_id)
+    return flask.jsonify(estimates.estimate_response(campaign, counts, method, confidence))

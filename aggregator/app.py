@@ -1,0 +1,72 @@
+"""The Flask application factory and the store handle.
+
+Settings come from :data:`DEFAULTS`, then ``test_config`` if given, else the
+environment (``LDP_ADMIN_TOKEN``, ``LDP_ANALYST_TOKEN``, ``LDP_REDIS_URL``,
+``LDP_DATA_DIR``, ...; see ``docs/aggregator.md``). Nothing connects until
+the first request needs the store: then :func:`aggregator.db.get_store` opens the Redis
+named by ``REDIS_URL`` or, if none is named, starts (or reuses) the embedded
+server in ``DATA_DIR``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flask
+from flask_limiter import Limiter
+from flask_limiter.util import get_remote_address
+
+from aggregator import api, openapi
+from aggregator.db import EXTENSION, StoreHandle
+from aggregator.errors import register_error_handlers
+from aggregator.redis_server import DEFAULT_DATA_DIR
+from aggregator.reports import DEFAULT_MAX_BATCH
+from aggregator.store import DEFAULT_REPORT_ID_TTL_S
+
+DEFAULTS: dict[str, Any] = {
+    "ADMIN_TOKEN": None,
+    "ANALYST_TOKEN": None,
+    "REDIS_URL": None,
+    "DATA_DIR": DEFAULT_DATA_DIR,
+    "REDIS_FSYNC": "everysec",
+    "REPORT_ID_TTL_S": DEFAULT_REPORT_ID_TTL_S,
+    "MAX_BATCH": DEFAULT_MAX_BATCH,
+    "MAX_CONTENT_LENGTH": 1024 * 1024,
+    "RATELIMIT_REPORTS": "600 per minute",
+    "RATELIMIT_ENABLED": True,
+    "RATELIMIT_HEADERS_ENABLED": True,
+}
+
+
+def _limiter_storage(redis_url: str | None) -> str:
+    if not redis_url:
+        return "memory://"
+    if redis_url.startswith("unix://"):
+        return "redis+unix://" + redis_url.removeprefix("unix://")
+    return redis_url
+
+
+def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
+    """Build the aggregator app; ``test_config`` replaces the environment when given."""
+    app = flask.Flask(__name__)
+    app.config.from_mapping(DEFAULTS)
+    if test_config is None:
+        app.config.from_prefixed_env("LDP")
+    else:
+        app.config.from_mapping(test_config)
+    app.config.setdefault("RATELIMIT_STORAGE_URI", _limiter_storage(app.config["REDIS_URL"]))
+    app.json.sort_keys = False
+
+    app.extensions[EXTENSION] = StoreHandle(app.config)
+    register_error_handlers(app)
+    app.register_blueprint(api.bp)
+    app.register_blueprint(openapi.bp)
+
+    limiter = Limiter(get_remote_address, key_prefix="ldp:ratelimit")
+    limiter.init_app(app)
+    # The limit wraps the view, so the limiter lives with this app rather than in a module.
+    reports_view = "api.submit_reports"
+    app.view_functions[reports_view] = limiter.limit(
+        lambda: flask.current_app.config["RATELIMIT_REPORTS"]
+    )(app.view_functions[reports_view])
+    return app

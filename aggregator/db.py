@@ -1,0 +1,45 @@
+"""The store handle kept in ``app.extensions``, reached through :func:`get_store`."""
+
+from __future__ import annotations
+
+import atexit
+import threading
+
+import flask
+import redis
+
+from aggregator.redis_server import EmbeddedRedis
+from aggregator.store import CampaignStore
+
+EXTENSION = "ldp"
+
+
+class StoreHandle:
+    """Opens the store on first use, once per process, and closes what it opened."""
+
+    def __init__(self, config: flask.Config) -> None:
+        self._config = config
+        self._lock = threading.Lock()
+        self._store: CampaignStore | None = None
+        self.embedded: EmbeddedRedis | None = None
+
+    def get(self) -> CampaignStore:
+        with self._lock:
+            if self._store is None:
+                url = self._config["REDIS_URL"]
+                if not url:
+                    self.embedded = EmbeddedRedis(
+                        self._config["DATA_DIR"], appendfsync=self._config["REDIS_FSYNC"]
+                    )
+                    url = self.embedded.start()
+                    atexit.register(self.embedded.stop)
+                connection = redis.Redis.from_url(url, health_check_interval=30)
+                self._store = CampaignStore(
+                    connection, report_id_ttl_s=self._config["REPORT_ID_TTL_S"]
+                )
+            return self._store
+
+
+def get_store() -> CampaignStore:
+    """The current app's store (opened on first call)."""
+    return flask.current_app.extensions[EXTENSION].get()

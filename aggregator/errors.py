@@ -1,0 +1,99 @@
+"""HTTP errors: every failure leaves as ``{"error": {"code", "message", "field"}}``.
+
+The library layers raise :class:`shared.errors.ValidationError` and the store's
+errors; this module maps them, and werkzeug's own HTTP errors, to JSON with
+the right status. An unexpected exception becomes a 500 with a generic
+message: the traceback goes to the log, never to the client.
+"""
+
+from __future__ import annotations
+
+import flask
+import redis
+from werkzeug.exceptions import HTTPException
+
+from aggregator.store import CampaignClosed, CampaignExists, CampaignNotFound, StoreError
+from shared.errors import LDPError, ValidationError
+
+# Validation codes that are conflicts with the server's state rather than bad input.
+CONFLICT_CODES = frozenset({"spec_mismatch"})
+_STORE_STATUS = {CampaignNotFound: 404, CampaignClosed: 409, CampaignExists: 409}
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "too_large",
+    415: "unsupported_media_type",
+    429: "rate_limited",
+}
+
+
+class APIError(LDPError):
+    """An error the HTTP layer raises itself (authentication, media type, body)."""
+
+    def __init__(self, status: int, code: str, message: str, *, field: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+def error_response(
+    status: int, code: str, message: str, field: str | None = None
+) -> flask.Response:
+    response = flask.jsonify({"error": {"code": code, "message": message, "field": field}})
+    response.status_code = status
+    return response
+
+
+def _api_error(error: APIError) -> flask.Response:
+    response = error_response(error.status, error.code, error.message, error.field)
+    if error.status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="ldp"'
+    return response
+
+
+def _validation_error(error: ValidationError) -> flask.Response:
+    status = 409 if error.code in CONFLICT_CODES else 422
+    return error_response(status, error.code, error.message, error.field)
+
+
+def _store_error(error: StoreError) -> flask.Response:
+    return error_response(_STORE_STATUS.get(type(error), 409), error.code, error.message)
+
+
+def _http_error(error: HTTPException) -> flask.Response:
+    status = error.code or 500
+    code = _HTTP_CODES.get(status, "http_error")
+    message = error.description or error.name
+    if status == 413:
+        message = "the request body is too large"
+    elif status == 429:
+        message = f"rate limit exceeded ({message}); retry later"
+    response = error_response(status, code, message)
+    for name, value in error.get_headers():
+        if name.lower() not in ("content-type", "content-length"):
+            response.headers[name] = value
+    return response
+
+
+def _redis_error(error: redis.RedisError) -> flask.Response:
+    flask.current_app.logger.error("storage unavailable: %s", error)
+    return error_response(503, "storage_unavailable", "the report store is unavailable")
+
+
+def _unexpected(error: Exception) -> flask.Response:
+    flask.current_app.logger.exception("unhandled error")
+    return error_response(500, "internal_error", "internal server error")
+
+
+def register_error_handlers(app: flask.Flask) -> None:
+    app.register_error_handler(APIError, _api_error)
+    app.register_error_handler(ValidationError, _validation_error)
+    app.register_error_handler(StoreError, _store_error)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(redis.RedisError, _redis_error)
+    app.register_error_handler(Exception, _unexpected)

@@ -1,0 +1,354 @@
+"""The OpenAPI 3.0 document of the API, served at ``/api/v1/openapi.json``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flask
+
+from aggregator.estimates import METHODS
+from shared.spec import MECHANISMS
+
+bp = flask.Blueprint("openapi", __name__, url_prefix="/api/v1")
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+_NUMBER = {"type": "number"}
+_REPORT_REF = {"$ref": "#/components/schemas/Report"}
+
+
+def _json(schema: dict, description: str) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    reasons = {
+        400: "Malformed JSON",
+        401: "Missing bearer token",
+        403: "Token without the needed role",
+        404: "Unknown campaign",
+        409: "Campaign closed, id taken, or spec mismatch",
+        413: "Body too large",
+        415: "Body is not JSON",
+        422: "Invalid input; `field` names it",
+        429: "Rate limited",
+    }
+    return {str(status): _json(_ERROR, reasons[status]) for status in statuses}
+
+
+_CAMPAIGN_ID = {
+    "name": "campaign_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"},
+}
+_REGION = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["lat_min", "lat_max", "lon_min", "lon_max"],
+    "properties": {
+        name: {"type": "number", "minimum": -180, "maximum": 180}
+        for name in ("lat_min", "lat_max", "lon_min", "lon_max")
+    },
+}
+_SPEC_PROPERTIES: dict[str, Any] = {
+    "id": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"},
+    "title": {"type": "string", "minLength": 1, "maxLength": 200},
+    "mechanism": {"type": "string", "enum": list(MECHANISMS)},
+    "epsilon": {
+        "type": "number",
+        "exclusiveMinimum": True,
+        "minimum": 0,
+        "description": "LDP parameter; for planar_laplace, per metre",
+    },
+    "domain": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 2},
+    "region": _REGION,
+    "cell_size_m": {"type": "number", "minimum": 1},
+    "privacy_level": {"type": "number", "exclusiveMinimum": True, "minimum": 0},
+    "privacy_radius_m": {"type": "number", "exclusiveMinimum": True, "minimum": 0},
+    "enrollment_required": {"type": "boolean"},
+}
+_VALUE = {
+    "oneOf": [
+        {"type": "string", "description": "a label of the campaign's domain (rr, krr)"},
+        {
+            "type": "object",
+            "description": "a report-grid cell centre (planar_laplace)",
+            "additionalProperties": False,
+            "required": ["lat", "lon"],
+            "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}},
+        },
+    ]
+}
+_REPORT = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["report_id", "value"],
+    "properties": {
+        "report_id": {"type": "string", "format": "uuid"},
+        "value": _VALUE,
+        "spec_hash": {"type": "string"},
+    },
+}
+
+
+def document() -> dict[str, Any]:
+    """The OpenAPI document (built on request; it is small)."""
+    campaign = {
+        "type": "object",
+        "properties": {
+            **_SPEC_PROPERTIES,
+            "status": {"type": "string", "enum": ["open", "closed"]},
+            "spec_hash": {"type": "string", "description": "hex SHA-256 of the canonical spec"},
+            "created_at": {"type": "number", "description": "unix seconds"},
+        },
+        "required": ["id", "title", "mechanism", "epsilon", "status", "spec_hash"],
+    }
+    spec_in = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["id", "title", "mechanism"],
+        "properties": _SPEC_PROPERTIES,
+    }
+    estimate = {
+        "type": "object",
+        "required": ["campaign", "method", "n", "estimates"],
+        "properties": {
+            "campaign": {"type": "string"},
+            "spec_hash": {"type": "string"},
+            "method": {"type": "string", "enum": list(METHODS)},
+            "n": {"type": "integer"},
+            "confidence": {"type": "number"},
+            "estimates": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "label": {"type": "string"},
+                        "frequency": {"type": "number"},
+                        "ci_low": {"type": "number"},
+                        "ci_high": {"type": "number"},
+                    },
+                },
+            },
+            "iterations": {"type": "integer", "nullable": True},
+            "converged": {"type": "boolean", "nullable": True},
+            "timings": {"type": "object", "additionalProperties": {"type": "number"}},
+            "grid": {
+                "type": "object",
+                "description": "planar_laplace only: cells[row][col], row 0 south, col 0 west",
+                "properties": {
+                    "rows": {"type": "integer"},
+                    "cols": {"type": "integer"},
+                    "cell_size_m": {"type": "number"},
+                    "region": _REGION,
+                    "cells": {"type": "array", "items": {"type": "array", "items": _NUMBER}},
+                },
+            },
+        },
+    }
+    admin = [{"bearer": []}]
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "LDP aggregator",
+            "version": "1",
+            "description": "Collects locally perturbed reports and estimates distributions.",
+        },
+        "servers": [{"url": "/"}],
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {
+                        "error": {
+                            "type": "object",
+                            "required": ["code", "message", "field"],
+                            "properties": {
+                                "code": {"type": "string"},
+                                "message": {"type": "string"},
+                                "field": {"type": "string", "nullable": True},
+                            },
+                        }
+                    },
+                },
+                "Campaign": campaign,
+                "CampaignSpec": spec_in,
+                "Report": _REPORT,
+                "Estimate": estimate,
+            },
+        },
+        "paths": {
+            "/api/v1/health": {
+                "get": {
+                    "summary": "Liveness and store reachability",
+                    "responses": {"200": _json({"type": "object"}, "OK")},
+                }
+            },
+            "/api/v1/campaigns": {
+                "get": {
+                    "summary": "List campaigns",
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "campaigns": {
+                                        "type": "array",
+                                        "items": {"$ref": "#/components/schemas/Campaign"},
+                                    }
+                                },
+                            },
+                            "All campaigns, oldest first",
+                        )
+                    },
+                },
+                "post": {
+                    "summary": "Create a campaign (admin)",
+                    "security": admin,
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": "#/components/schemas/CampaignSpec"}
+                            }
+                        },
+                    },
+                    "responses": {
+                        "201": _json({"$ref": "#/components/schemas/Campaign"}, "Created"),
+                        "200": _json(
+                            {"$ref": "#/components/schemas/Campaign"}, "The same spec existed"
+                        ),
+                        **_errors(400, 401, 403, 409, 413, 415, 422),
+                    },
+                },
+            },
+            "/api/v1/campaigns/{campaign_id}": {
+                "parameters": [_CAMPAIGN_ID],
+                "get": {
+                    "summary": "A campaign's spec and hash (public, for clients)",
+                    "responses": {
+                        "200": _json({"$ref": "#/components/schemas/Campaign"}, "The campaign"),
+                        **_errors(404),
+                    },
+                },
+                "patch": {
+                    "summary": "Open or close a campaign (admin); the spec cannot change",
+                    "security": admin,
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["status"],
+                                    "properties": {
+                                        "status": {"type": "string", "enum": ["open", "closed"]}
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": _json({"$ref": "#/components/schemas/Campaign"}, "Updated"),
+                        **_errors(400, 401, 403, 404, 413, 415, 422),
+                    },
+                },
+            },
+            "/api/v1/campaigns/{campaign_id}/reports": {
+                "parameters": [_CAMPAIGN_ID],
+                "post": {
+                    "summary": "Submit one report or a batch; retries are idempotent",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "oneOf": [
+                                        {"$ref": "#/components/schemas/Report"},
+                                        {
+                                            "type": "object",
+                                            "additionalProperties": False,
+                                            "required": ["reports"],
+                                            "properties": {
+                                                "reports": {
+                                                    "type": "array",
+                                                    "minItems": 1,
+                                                    "maxItems": 1000,
+                                                    "items": _REPORT_REF,
+                                                },
+                                                "spec_hash": {"type": "string"},
+                                            },
+                                        },
+                                    ]
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "campaign": {"type": "string"},
+                                    "received": {"type": "integer"},
+                                    "accepted": {"type": "integer"},
+                                    "duplicates": {"type": "integer"},
+                                },
+                            },
+                            "Stored; duplicates were already stored",
+                        ),
+                        **_errors(400, 404, 409, 413, 415, 422, 429),
+                    },
+                },
+            },
+            "/api/v1/campaigns/{campaign_id}/counts": {
+                "parameters": [_CAMPAIGN_ID],
+                "get": {
+                    "summary": "Reports per output symbol and per hour (analyst)",
+                    "security": admin,
+                    "responses": {
+                        "200": _json({"type": "object"}, "Counts"),
+                        **_errors(401, 403, 404),
+                    },
+                },
+            },
+            "/api/v1/campaigns/{campaign_id}/estimate": {
+                "parameters": [
+                    _CAMPAIGN_ID,
+                    {
+                        "name": "method",
+                        "in": "query",
+                        "schema": {"type": "string", "enum": list(METHODS), "default": "ibu"},
+                    },
+                    {
+                        "name": "confidence",
+                        "in": "query",
+                        "schema": {
+                            "type": "number",
+                            "exclusiveMinimum": True,
+                            "minimum": 0,
+                            "exclusiveMaximum": True,
+                            "maximum": 1,
+                            "default": 0.95,
+                        },
+                    },
+                ],
+                "get": {
+                    "summary": "Estimated distribution with confidence intervals (analyst)",
+                    "security": admin,
+                    "responses": {
+                        "200": _json({"$ref": "#/components/schemas/Estimate"}, "The estimate"),
+                        **_errors(401, 403, 404, 422),
+                    },
+                },
+            },
+        },
+    }
+
+
+@bp.get("/openapi.json")
+def openapi_json() -> flask.Response:
+    return flask.jsonify(document())

@@ -1,0 +1,236 @@
+"""The Redis store: campaigns, deduplicated report ingestion, counts and the audit stream.
+
+Every key of a campaign carries the hash tag ``{c:<id>}`` so that they share a
+cluster slot and one Lua script can, atomically, check each report id
+(``SET NX EX``), increment the count of its output symbol (``HINCRBY``) and
+append the report to the campaign's stream (``XADD``). The counts are the
+estimators' sufficient statistics; the stream keeps every accepted report for
+audit and re-analysis. The connection is passed in; nothing here is global.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import redis
+
+from shared.errors import LDPError
+from shared.spec import CampaignSpec
+
+OPEN = "open"
+CLOSED = "closed"
+STATUSES = (OPEN, CLOSED)
+# How long a report id is remembered for deduplication: retries come within minutes,
+# a queued report on an offline device may come weeks later.
+DEFAULT_REPORT_ID_TTL_S = 90 * 24 * 3600
+EXPORT_CHUNK = 1000
+
+
+class StoreError(LDPError):
+    """A store operation refused by the state of the data (not by bad input)."""
+
+    code = "store_error"
+
+    def __init__(self, message: str, *, campaign_id: str):
+        super().__init__(message)
+        self.message = message
+        self.campaign_id = campaign_id
+
+
+class CampaignNotFound(StoreError):
+    code = "campaign_not_found"
+
+
+class CampaignClosed(StoreError):
+    code = "campaign_closed"
+
+
+class CampaignExists(StoreError):
+    code = "campaign_exists"
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """A stored campaign: its immutable spec and the server's fields."""
+
+    spec: CampaignSpec
+    status: str
+    created_at: float
+    n_reports: int
+
+    @property
+    def spec_hash(self) -> str:
+        return self.spec.spec_hash
+
+    def to_wire(self) -> dict[str, Any]:
+        """The spec as served: spec fields plus ``status``, ``spec_hash`` and ``created_at``."""
+        return {
+            **self.spec.to_dict(),
+            "status": self.status,
+            "spec_hash": self.spec_hash,
+            "created_at": self.created_at,
+        }
+
+
+@dataclass(frozen=True)
+class StoredReport:
+    """A validated report ready to store: its id, output index and wire value."""
+
+    report_id: str
+    output: int
+    value: Any
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    accepted: int
+    duplicates: int
+
+
+class CampaignStore:
+    """Campaigns and their reports in one Redis (or Redis Cluster, by the key scheme)."""
+
+    INDEX_KEY = "ldp:campaigns"
+    CAMPAIGN_KEY = "ldp:{{c:{id}}}:campaign"
+    COUNTS_KEY = "ldp:{{c:{id}}}:counts"
+    HOURLY_KEY = "ldp:{{c:{id}}}:hourly"
+    STREAM_KEY = "ldp:{{c:{id}}}:reports"
+    SEEN_KEY = "ldp:{{c:{id}}}:seen:{report_id}"
+
+    def __init__(
+        self, connection: redis.Redis, *, report_id_ttl_s: int = DEFAULT_REPORT_ID_TTL_S
+    ) -> None:
+        self.connection = connection
+        self.report_id_ttl_s = int(report_id_ttl_s)
+        lua = resources.files("aggregator") / "lua"
+        self._create = connection.register_script((lua / "create.lua").read_text("utf-8"))
+        self._ingest = connection.register_script((lua / "ingest.lua").read_text("utf-8"))
+
+    # -- campaigns ---------------------------------------------------------------------
+
+    def create_campaign(
+        self, spec: CampaignSpec, *, now: float | None = None
+    ) -> tuple[Campaign, bool]:
+        """Store a new campaign; return it and whether it was created now.
+
+        Creating the very same spec again is not an error (``created`` is False),
+        so an admin script can be re-run; :class:`CampaignExists` if the id holds
+        another spec.
+        """
+        created_at = time.time() if now is None else now
+        key = self.CAMPAIGN_KEY.format(id=spec.id)
+        created = self._create(
+            keys=[key], args=[spec.canonical_json(), spec.spec_hash, repr(created_at)]
+        )
+        # Outside the script (another slot); idempotent, so a retry repairs a lost write.
+        self.connection.zadd(self.INDEX_KEY, {spec.id: created_at}, nx=True)
+        campaign = self.get_campaign(spec.id)
+        if not created and campaign.spec_hash != spec.spec_hash:
+            raise CampaignExists(
+                f"campaign {spec.id!r} already exists with another spec", campaign_id=spec.id
+            )
+        return campaign, bool(created)
+
+    def get_campaign(self, campaign_id: str) -> Campaign:
+        raw = self.connection.hgetall(self.CAMPAIGN_KEY.format(id=campaign_id))
+        if not raw:
+            raise CampaignNotFound(f"no campaign {campaign_id!r}", campaign_id=campaign_id)
+        return self._campaign(raw)
+
+    @staticmethod
+    def _campaign(raw: dict[bytes, bytes]) -> Campaign:
+        return Campaign(
+            spec=CampaignSpec.from_dict(json.loads(raw[b"spec"])),
+            status=raw[b"status"].decode(),
+            created_at=float(raw[b"created_at"]),
+            n_reports=int(raw.get(b"n_reports", 0)),
+        )
+
+    def list_campaigns(self) -> list[Campaign]:
+        """All campaigns, oldest first."""
+        ids = [raw.decode() for raw in self.connection.zrange(self.INDEX_KEY, 0, -1)]
+        pipe = self.connection.pipeline(transaction=False)
+        for campaign_id in ids:
+            pipe.hgetall(self.CAMPAIGN_KEY.format(id=campaign_id))
+        return [self._campaign(raw) for raw in pipe.execute() if raw]
+
+    def set_status(self, campaign_id: str, status: str) -> Campaign:
+        """Open or close a campaign; a closed campaign refuses reports."""
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        key = self.CAMPAIGN_KEY.format(id=campaign_id)
+        # HSET only if the record exists: a status alone must not create a campaign.
+        with self.connection.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    if not pipe.exists(key):
+                        raise CampaignNotFound(
+                            f"no campaign {campaign_id!r}", campaign_id=campaign_id
+                        )
+                    pipe.multi()
+                    pipe.hset(key, "status", status)
+                    pipe.execute()
+                    break
+                except redis.WatchError:
+                    continue
+        return self.get_campaign(campaign_id)
+
+    # -- reports -----------------------------------------------------------------------
+
+    def ingest(
+        self, campaign_id: str, reports: Sequence[StoredReport], *, now: float | None = None
+    ) -> IngestResult:
+        """Store reports not seen before, atomically; count the duplicates.
+
+        Raises :class:`CampaignNotFound` or :class:`CampaignClosed` (then nothing is stored).
+        """
+        hour = int((time.time() if now is None else now) // 3600 * 3600)
+        keys = [
+            self.CAMPAIGN_KEY.format(id=campaign_id),
+            self.COUNTS_KEY.format(id=campaign_id),
+            self.HOURLY_KEY.format(id=campaign_id),
+            self.STREAM_KEY.format(id=campaign_id),
+        ]
+        args: list[Any] = [self.report_id_ttl_s, hour]
+        for report in reports:
+            keys.append(self.SEEN_KEY.format(id=campaign_id, report_id=report.report_id))
+            value = json.dumps(report.value, separators=(",", ":"), ensure_ascii=False)
+            args.extend((report.report_id, report.output, value))
+        status, accepted, duplicates = self._ingest(keys=keys, args=args)
+        if status == 1:
+            raise CampaignNotFound(f"no campaign {campaign_id!r}", campaign_id=campaign_id)
+        if status == 2:
+            raise CampaignClosed(f"campaign {campaign_id!r} is closed", campaign_id=campaign_id)
+        return IngestResult(accepted=int(accepted), duplicates=int(duplicates))
+
+    def counts(self, campaign_id: str) -> dict[int, int]:
+        """Reports per output index (indices with no report are absent)."""
+        raw = self.connection.hgetall(self.COUNTS_KEY.format(id=campaign_id))
+        return {int(output): int(count) for output, count in raw.items()}
+
+    def hourly_counts(self, campaign_id: str) -> list[tuple[int, int]]:
+        """Accepted reports per hour, as (hour start in unix seconds, count), oldest first."""
+        raw = self.connection.hgetall(self.HOURLY_KEY.format(id=campaign_id))
+        return sorted((int(hour), int(count)) for hour, count in raw.items())
+
+    def iter_reports(self, campaign_id: str, *, chunk: int = EXPORT_CHUNK) -> Iterator[dict]:
+        """Every stored report, oldest first: ``report_id``, ``value``, ``received_at``."""
+        key = self.STREAM_KEY.format(id=campaign_id)
+        start = "-"
+        while True:
+            entries = self.connection.xrange(key, min=start, max="+", count=chunk)
+            for entry_id, fields in entries:
+                yield {
+                    "report_id": fields[b"report_id"].decode(),
+                    "value": json.loads(fields[b"value"]),
+                    "received_at": int(entry_id.split(b"-")[0]) / 1000,
+                }
+            if len(entries) < chunk:
+                return
+            start = "(" + entries[-1][0].decode()
