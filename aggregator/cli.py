@@ -1,0 +1,255 @@
+"""``ldp-aggregator``: run the server and administer campaigns from the command line.
+
+The commands other than ``serve`` work on the store directly (``--redis-url``
+or the embedded server in ``--data-dir``, started if it is not running), so
+they need no token: whoever can reach the store is already trusted with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import click
+import redis
+
+from aggregator import estimates
+from aggregator.redis_server import DEFAULT_DATA_DIR, FSYNC_POLICIES, EmbeddedRedis
+from aggregator.store import CLOSED, OPEN, CampaignStore
+from shared.errors import LDPError
+from shared.spec import CampaignSpec
+
+
+class StoreOpener:
+    """Opens the store once per command; stops an embedded server it had to start."""
+
+    def __init__(self, redis_url: str | None, data_dir: str, fsync: str) -> None:
+        self.redis_url = redis_url
+        self.embedded = None if redis_url else EmbeddedRedis(data_dir, appendfsync=fsync)
+        self._store: CampaignStore | None = None
+
+    def url(self) -> str:
+        if self.embedded is not None:
+            return self.embedded.start()
+        return self.redis_url  # type: ignore[return-value]
+
+    def store(self) -> CampaignStore:
+        if self._store is None:
+            self._store = CampaignStore(redis.Redis.from_url(self.url()))
+        return self._store
+
+    def close(self) -> None:
+        if self.embedded is not None:
+            self.embedded.stop()
+
+
+def _fail(error: Exception) -> click.ClickException:
+    if isinstance(error, redis.RedisError):
+        return click.ClickException(f"the report store is unavailable: {error}")
+    return click.ClickException(str(getattr(error, "message", error)))
+
+
+class _Group(click.Group):
+    """Turns the library's errors into ``Error: ...`` with exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (LDPError, redis.RedisError) as exc:
+            raise _fail(exc) from exc
+
+
+@click.group(cls=_Group)
+@click.option("--redis-url", envvar="LDP_REDIS_URL", help="External Redis (default: embedded).")
+@click.option(
+    "--data-dir",
+    envvar="LDP_DATA_DIR",
+    default=DEFAULT_DATA_DIR,
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Directory of the embedded Redis (append-only file, snapshot, socket).",
+)
+@click.option(
+    "--fsync",
+    envvar="LDP_REDIS_FSYNC",
+    default="everysec",
+    show_default=True,
+    type=click.Choice(FSYNC_POLICIES),
+    help="The embedded Redis's appendfsync policy.",
+)
+@click.pass_context
+def main(ctx: click.Context, redis_url: str | None, data_dir: str, fsync: str) -> None:
+    """Aggregator of locally differentially private reports."""
+    opener = StoreOpener(redis_url, data_dir, fsync)
+    ctx.obj = opener
+    ctx.call_on_close(opener.close)
+
+
+def _echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+@main.command()
+@click.option("--host", envvar="LDP_HOST", default="127.0.0.1", show_default=True)
+@click.option(
+    "--port", envvar="LDP_PORT", default=8000, show_default=True, type=click.IntRange(0, 65535)
+)
+@click.option(
+    "--workers", envvar="LDP_WORKERS", default=2, show_default=True, type=click.IntRange(1, 64)
+)
+@click.pass_obj
+def serve(opener: StoreOpener, host: str, port: int, workers: int) -> None:
+    """Serve the API with gunicorn workers sharing one Redis.
+
+    Without --redis-url the embedded Redis is started (or reused) in --data-dir
+    and stopped when the server stops. Tokens come from LDP_ADMIN_TOKEN and
+    LDP_ANALYST_TOKEN.
+    """
+    from aggregator.wsgi import run_gunicorn
+
+    url = opener.url()
+    _warn_if_not_durable(url)
+    # The workers build their app from the environment; they inherit this one.
+    os.environ["LDP_REDIS_URL"] = url
+    run_gunicorn(host=host, port=port, workers=workers)
+
+
+def _warn_if_not_durable(url: str) -> None:
+    client = redis.Redis.from_url(url)
+    try:
+        appendonly = client.config_get("appendonly").get("appendonly")
+    except redis.ResponseError:  # CONFIG is often disabled on managed servers
+        return
+    finally:
+        client.close()
+    if appendonly != "yes":
+        click.echo(
+            "Warning: the Redis server has appendonly off; acknowledged reports may be lost "
+            "in a crash.",
+            err=True,
+        )
+
+
+@main.group()
+def campaigns() -> None:
+    """List, create, show, open and close campaigns."""
+
+
+@campaigns.command("list")
+@click.pass_obj
+def campaigns_list(opener: StoreOpener) -> None:
+    """One line per campaign: id, mechanism, status, reports, title."""
+    for campaign in opener.store().list_campaigns():
+        spec = campaign.spec
+        click.echo(
+            f"{spec.id}\t{spec.mechanism}\t{campaign.status}\t{campaign.n_reports}\t{spec.title}"
+        )
+
+
+@campaigns.command("create")
+@click.argument("spec_file", type=click.File("r", encoding="utf-8"))
+@click.pass_obj
+def campaigns_create(opener: StoreOpener, spec_file: Any) -> None:
+    """Create a campaign from a JSON spec file ('-' reads standard input)."""
+    try:
+        raw = json.load(spec_file)
+    except ValueError as exc:
+        raise click.ClickException(f"{spec_file.name} is not valid JSON: {exc}") from exc
+    spec = CampaignSpec.from_dict(raw)
+    campaign, created = opener.store().create_campaign(spec)
+    if not created:
+        click.echo(f"campaign {spec.id!r} already exists with this spec", err=True)
+    _echo_json(campaign.to_wire())
+
+
+@campaigns.command("show")
+@click.argument("campaign_id")
+@click.pass_obj
+def campaigns_show(opener: StoreOpener, campaign_id: str) -> None:
+    """Print a campaign's spec, hash, status and report count."""
+    campaign = opener.store().get_campaign(campaign_id)
+    _echo_json({**campaign.to_wire(), "n_reports": campaign.n_reports})
+
+
+@campaigns.command("close")
+@click.argument("campaign_id")
+@click.pass_obj
+def campaigns_close(opener: StoreOpener, campaign_id: str) -> None:
+    """Stop accepting reports for a campaign."""
+    opener.store().set_status(campaign_id, CLOSED)
+    click.echo(f"campaign {campaign_id!r} closed")
+
+
+@campaigns.command("open")
+@click.argument("campaign_id")
+@click.pass_obj
+def campaigns_open(opener: StoreOpener, campaign_id: str) -> None:
+    """Accept reports for a campaign again."""
+    opener.store().set_status(campaign_id, OPEN)
+    click.echo(f"campaign {campaign_id!r} open")
+
+
+@main.command("estimates")
+@click.argument("campaign_id")
+@click.option(
+    "--method",
+    type=click.Choice(estimates.METHODS),
+    default=estimates.DEFAULT_METHOD,
+    show_default=True,
+)
+@click.option(
+    "--confidence",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=estimates.DEFAULT_CONFIDENCE,
+    show_default=True,
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")
+@click.pass_obj
+def estimates_command(
+    opener: StoreOpener, campaign_id: str, method: str, confidence: float, as_json: bool
+) -> None:
+    """Estimate a campaign's distribution with confidence intervals."""
+    store = opener.store()
+    campaign = store.get_campaign(campaign_id)
+    result = estimates.estimate_response(campaign, store.counts(campaign_id), method, confidence)
+    if as_json:
+        _echo_json(result)
+        return
+    click.echo(f"campaign {campaign_id}  method {method}  n {result['n']}")
+    if result["iterations"] is not None:
+        click.echo(f"iterations {result['iterations']}  converged {result['converged']}")
+    level = f"{confidence:.0%}"
+    click.echo(f"{'label':<24} {'frequency':>10} {level + ' low':>10} {level + ' high':>10}")
+    for row in result["estimates"]:
+        click.echo(
+            f"{row['label']:<24} {row['frequency']:>10.4f} {row['ci_low']:>10.4f} "
+            f"{row['ci_high']:>10.4f}"
+        )
+
+
+@main.command("export")
+@click.argument("campaign_id")
+@click.option(
+    "-o",
+    "--output",
+    type=click.File("w", encoding="utf-8"),
+    default="-",
+    help="File to write (default: standard output).",
+)
+@click.pass_obj
+def export(opener: StoreOpener, campaign_id: str, output: Any) -> None:
+    """Write every stored report of a campaign as JSON lines, oldest first."""
+    store = opener.store()
+    store.get_campaign(campaign_id)
+    count = 0
+    for report in store.iter_reports(campaign_id):
+        output.write(json.dumps(report, separators=(",", ":"), ensure_ascii=False) + "\n")
+        count += 1
+    if output is not sys.stdout:
+        click.echo(f"{count} reports written to {output.name}", err=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""Running the app under gunicorn, in-process (used by ``ldp-aggregator serve``).
+
+Each worker builds its own app with :func:`aggregator.app.create_app` from
+the environment, after the fork, so no connection is shared across processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+from aggregator.app import create_app
+
+# Estimates of large grids take seconds; a worker is not killed for that.
+WORKER_TIMEOUT_S = 120
+
+
+class _Server(BaseApplication):
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return create_app()
+
+
+def run_gunicorn(*, host: str, port: int, workers: int) -> None:
+    """Serve until interrupted."""
+    _Server(
+        {
+            "bind": f"{host}:{port}",
+            "workers": workers,
+            "timeout": WORKER_TIMEOUT_S,
+            "accesslog": "-",
+            "preload_app": False,
+        }
+    ).run()
