@@ -1,0 +1,317 @@
+"""``ldp-client``: report to a local-DP campaign from the command line.
+
+Library errors become ``Error: ...`` on standard error and exit status 1
+(with ``--json``, the error object is also printed on standard output);
+usage errors exit with 2. Nothing printed ever holds the true value.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any
+
+import click
+
+from client.errors import ClientError
+from client.policy import (
+    DEFAULT_LOCATION_RADIUS_M,
+    DEFAULT_MAX_EPSILON,
+    DEFAULT_TOTAL_BUDGET,
+    Policy,
+)
+from client.reporter import DRY_RUN, DUPLICATE, QUEUED, Reporter
+from client.transport import DEFAULT_TIMEOUT
+from shared.errors import LDPError, ValidationError
+
+FORGET_WARNING = (
+    "Forgetting a campaign weakens your longitudinal protection: its pinned spec and the record "
+    "of which values you reported are dropped, so the next report pins whatever spec the server "
+    "serves then, and if that spec differs, the same true value gets fresh noise that the server "
+    "can combine with your earlier reports. The budget already spent stays spent."
+)
+
+_POSITIVE = click.FloatRange(0, min_open=True)
+
+
+class CLIError(click.ClickException):
+    """A library error on its way out: ``Error: ...``, and the JSON object with ``--json``."""
+
+    def __init__(self, error: dict[str, Any], as_json: bool):
+        super().__init__(error["message"])
+        self.error = error
+        self.as_json = as_json
+
+    def show(self, file: Any = None) -> None:
+        if self.as_json:
+            click.echo(json.dumps({"error": self.error}))
+        super().show(file)
+
+
+def _json_option(function: Any) -> Any:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(function)
+
+
+def _fail(exc: LDPError, as_json: bool) -> CLIError:
+    if isinstance(exc, (ClientError, ValidationError)):
+        error = exc.to_dict()
+    else:
+        error = {"code": "error", "message": str(exc), "field": None}
+    return CLIError(error, as_json)
+
+
+def _time(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    moment = datetime.datetime.fromtimestamp(timestamp, tz=datetime.UTC)
+    return moment.isoformat(timespec="seconds")
+
+
+class _Context:
+    def __init__(self, server: str | None, state_dir: str | None, policy: Policy, timeout: float):
+        self.server = server
+        self.state_dir = state_dir
+        self.policy = policy
+        self.timeout = timeout
+
+    def reporter(self, as_json: bool, *, need_server: bool = True) -> Reporter:
+        server = self.server
+        if server is None:
+            if need_server:
+                raise CLIError(
+                    {
+                        "code": "no_server",
+                        "message": "no server: give --server or set LDP_SERVER_URL",
+                        "field": "server",
+                    },
+                    as_json,
+                )
+            server = "http://localhost"
+        try:
+            return Reporter(
+                server,
+                state_dir=self.state_dir,
+                policy=self.policy,
+                timeout=(min(self.timeout, DEFAULT_TIMEOUT[0]), self.timeout),
+            )
+        except ValueError as exc:
+            raise CLIError(
+                {"code": "invalid_server", "message": str(exc), "field": "server"}, as_json
+            ) from exc
+
+
+@click.group()
+@click.option(
+    "--server", envvar="LDP_SERVER_URL", metavar="URL", help="Aggregator base URL [LDP_SERVER_URL]."
+)
+@click.option(
+    "--state-dir",
+    envvar="LDP_CLIENT_HOME",
+    type=click.Path(file_okay=False),
+    help="Secret, pins, ledger and queue [LDP_CLIENT_HOME; default ~/.local/state/ldp-client].",
+)
+@click.option(
+    "--max-epsilon",
+    envvar="LDP_MAX_EPSILON",
+    type=_POSITIVE,
+    default=DEFAULT_MAX_EPSILON,
+    show_default=True,
+    help="Refuse campaigns that cost more than this per report [LDP_MAX_EPSILON].",
+)
+@click.option(
+    "--budget",
+    envvar="LDP_BUDGET",
+    type=_POSITIVE,
+    default=DEFAULT_TOTAL_BUDGET,
+    show_default=True,
+    help="Total epsilon this user ever spends [LDP_BUDGET].",
+)
+@click.option(
+    "--location-radius",
+    envvar="LDP_LOCATION_RADIUS_M",
+    type=_POSITIVE,
+    default=DEFAULT_LOCATION_RADIUS_M,
+    show_default=True,
+    help="Metres within which your locations should look alike [LDP_LOCATION_RADIUS_M].",
+)
+@click.option(
+    "--timeout",
+    type=_POSITIVE,
+    default=DEFAULT_TIMEOUT[1],
+    show_default=True,
+    help="Seconds per request.",
+)
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    server: str | None,
+    state_dir: str | None,
+    max_epsilon: float,
+    budget: float,
+    location_radius: float,
+    timeout: float,
+) -> None:
+    """Report to local differential privacy campaigns: only noisy answers leave this device.
+
+    The device enforces your policy whatever the server says: a cap on the
+    epsilon of one report, a total budget, and the campaign spec pinned at
+    first use. The same answer to the same campaign always gives the same
+    noisy report and spends nothing more.
+    """
+    policy = Policy(max_epsilon=max_epsilon, total_budget=budget, location_radius_m=location_radius)
+    ctx.obj = _Context(server, state_dir, policy, timeout)
+
+
+@cli.command()
+@click.argument("campaign")
+@click.argument("value", required=False)
+@click.option("--lat", type=float, help="Latitude, for location campaigns.")
+@click.option("--lon", type=float, help="Longitude, for location campaigns.")
+@click.option("--dry-run", is_flag=True, help="Show the exact payload; spend and send nothing.")
+@_json_option
+@click.pass_obj
+def report(
+    obj: _Context,
+    campaign: str,
+    value: str | None,
+    lat: float | None,
+    lon: float | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Answer CAMPAIGN with VALUE (a label), or with --lat/--lon for a location."""
+    if (lat is None) != (lon is None):
+        raise click.UsageError("--lat and --lon go together")
+    if lat is not None and value is not None:
+        raise click.UsageError("give either VALUE or --lat/--lon, not both")
+    if lat is None and value is None:
+        raise click.UsageError("give VALUE, or --lat and --lon for a location campaign")
+    answer: Any = value if lat is None else {"lat": lat, "lon": lon}
+    with obj.reporter(as_json) as reporter:
+        try:
+            result = reporter.report(campaign, answer, dry_run=dry_run)
+        except LDPError as exc:
+            raise _fail(exc, as_json) from exc
+    if as_json:
+        click.echo(json.dumps(result.to_dict()))
+        return
+    if result.outcome == DRY_RUN:
+        click.echo(
+            f"Dry run: nothing was spent, stored or sent. This would be POSTed to {result.url}:"
+        )
+        click.echo(json.dumps(result.payload, indent=2))
+        click.echo("(the report_id is drawn afresh for every real report; the value is memoized)")
+    elif result.outcome == QUEUED:
+        click.echo(
+            f"Queued on this device: {result.detail}. It will be sent by `ldp-client flush`."
+        )
+    elif result.outcome == DUPLICATE:
+        click.echo("The server already had this report.")
+    else:
+        click.echo(f"Sent a noisy report to {result.campaign_id}.")
+    if result.memoized:
+        click.echo("Same answer as before: the same noisy report, no budget spent.")
+    else:
+        verb = "Would spend" if result.outcome == DRY_RUN else "Spent"
+        click.echo(f"{verb} epsilon {result.charged:.4g}.")
+    click.echo(f"Budget left: {result.budget_left:.4g} of {obj.policy.total_budget:.4g}.")
+
+
+@cli.command()
+@_json_option
+@click.pass_obj
+def status(obj: _Context, as_json: bool) -> None:
+    """Budget spent and left per campaign, and reports waiting to be sent."""
+    with obj.reporter(as_json, need_server=False) as reporter:
+        try:
+            info = reporter.status()
+        except LDPError as exc:
+            raise _fail(exc, as_json) from exc
+    if obj.server is None:
+        info["server"] = None
+    if as_json:
+        click.echo(json.dumps(info))
+        return
+    budget = info["budget"]
+    click.echo(
+        f"Budget: spent {budget['spent']:.4g} of {budget['total']:.4g} ({budget['left']:.4g} left"
+        + (f"; {budget['forgotten']:.4g} in forgotten campaigns" if budget["forgotten"] else "")
+        + ")"
+    )
+    if not info["campaigns"]:
+        click.echo("No campaigns yet.")
+    for c in info["campaigns"]:
+        click.echo(
+            f"  {c['campaign']} @ {c['server']}: {c['mechanism']}, cost {c['cost_per_value']:.4g} "
+            f"per new value, {c['values_reported']} value(s), spent {c['spent']:.4g}, "
+            f"{c['queued']} queued"
+        )
+    queue = info["queue"]
+    click.echo(f"Queue: {queue['pending']} report(s) waiting")
+    if queue["pending"]:
+        click.echo(f"  next attempt: {_time(queue['next_attempt_at'])}")
+        for error in queue["last_errors"]:
+            click.echo(f"  last error: {error}")
+    if info["rejected"]:
+        click.echo(f"Rejected by the server: {len(info['rejected'])} (details with --json)")
+
+
+@cli.command()
+@click.option("--due-only", is_flag=True, help="Only reports whose retry backoff has expired.")
+@_json_option
+@click.pass_obj
+def flush(obj: _Context, due_only: bool, as_json: bool) -> None:
+    """Send the reports waiting on this device, with their original report ids."""
+    with obj.reporter(as_json, need_server=False) as reporter:
+        try:
+            result = reporter.flush(due_only=due_only)
+        except LDPError as exc:
+            raise _fail(exc, as_json) from exc
+    if as_json:
+        click.echo(json.dumps(result.to_dict()))
+    else:
+        click.echo(
+            f"Sent {result.accepted} new, "
+            f"{result.duplicates} already received; {result.remaining} still waiting."
+        )
+        for error in result.errors:
+            click.echo(f"  not reachable: {error}")
+        for rejected in result.rejected:
+            click.echo(f"  rejected by the server: {rejected['message']}")
+    if result.errors or result.rejected:
+        raise CLIError(
+            {
+                "code": "flush_incomplete",
+                "message": (
+                    f"{result.remaining} report(s) still waiting, {len(result.rejected)} rejected"
+                ),
+                "field": None,
+            },
+            False,
+        )
+
+
+@cli.command()
+@click.argument("campaign")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@_json_option
+@click.pass_obj
+def forget(obj: _Context, campaign: str, yes: bool, as_json: bool) -> None:
+    """Drop CAMPAIGN's pinned spec and the record of what you reported to it."""
+    click.echo(f"Warning: {FORGET_WARNING}", err=True)
+    if not yes:
+        click.confirm(f"Forget campaign {campaign!r}?", abort=True, err=True)
+    with obj.reporter(as_json) as reporter:
+        try:
+            spent = reporter.forget(campaign)
+        except LDPError as exc:
+            raise _fail(exc, as_json) from exc
+    if as_json:
+        click.echo(json.dumps({"campaign": campaign, "forgotten": True, "spent": spent}))
+    else:
+        click.echo(f"Forgot {campaign}; its {spent:.4g} epsilon stays counted in your budget.")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The ``ldp-client`` console script."""
+    cli.main(args=argv, prog_name="ldp-client")

@@ -1,0 +1,102 @@
+"""The user's privacy policy and what one report costs under it.
+
+Budget is spent in one currency, the ordinary (local-DP) epsilon:
+
+* an ``rr`` or ``krr`` report costs the campaign's ``epsilon``;
+* a ``planar_laplace`` report costs the privacy loss between any two true
+  locations at most ``location_radius_m`` apart. The device reports the
+  centre of the true location's grid cell with planar Laplace noise, remapped
+  and snapped to the grid (post-processing), so two true locations in cells
+  whose centres are ``D`` metres apart are ``epsilon * D``-indistinguishable.
+  The cost is ``epsilon`` times the largest centre distance between two cells
+  that hold points within ``location_radius_m`` of each other, capped by the
+  largest centre distance in the grid (beyond which nothing is left to hide).
+  With 100 m cells and a 200 m radius that distance is about 316 m
+  (one row and three columns apart).
+
+Reports compose sequentially: each new (campaign, true value) pair adds its
+cost to the ledger; a memoized repeat adds nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from shared.spec import PLANAR_LAPLACE, CampaignSpec
+
+# Conservative defaults: a per-report cap of 2 admits randomized response at
+# ln 3 (RAPPOR's order of magnitude) and k-RR up to e^2 ~ 7.4 odds, and the
+# lifetime budget allows a handful of distinct answers.
+DEFAULT_MAX_EPSILON = 2.0
+DEFAULT_TOTAL_BUDGET = 10.0
+# The distance within which a user wants two locations of theirs to look alike.
+DEFAULT_LOCATION_RADIUS_M = 200.0
+
+
+def _positive_finite(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    number = float(value)
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+    return number
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """Limits the device enforces whatever the server says.
+
+    Parameters
+    ----------
+    max_epsilon : float
+        The largest cost of one report; a campaign above it is refused.
+    total_budget : float
+        The most this user ever spends, summed over every campaign (including
+        forgotten ones: what the server received stays received).
+    location_radius_m : float
+        For location campaigns: locations closer than this are what the user
+        wants kept indistinguishable; the cost of a report is measured there.
+    """
+
+    max_epsilon: float = DEFAULT_MAX_EPSILON
+    total_budget: float = DEFAULT_TOTAL_BUDGET
+    location_radius_m: float = DEFAULT_LOCATION_RADIUS_M
+
+    def __post_init__(self) -> None:
+        for name in ("max_epsilon", "total_budget", "location_radius_m"):
+            object.__setattr__(self, name, _positive_finite(getattr(self, name), name))
+
+    def cost(self, spec: CampaignSpec) -> float:
+        """The epsilon one new report in this campaign spends."""
+        if spec.mechanism != PLANAR_LAPLACE:
+            return spec.epsilon
+        return spec.epsilon * worst_centre_distance_m(spec, self.location_radius_m)
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "max_epsilon": self.max_epsilon,
+            "total_budget": self.total_budget,
+            "location_radius_m": self.location_radius_m,
+        }
+
+
+def worst_centre_distance_m(spec: CampaignSpec, radius_m: float) -> float:
+    """The largest distance between the centres of two cells holding points ``radius_m`` apart.
+
+    Cells ``(di, dj)`` apart (in rows and columns) hold points as close as
+    ``cell * hypot(max(di - 1, 0), max(dj - 1, 0))`` and have centres
+    ``cell * hypot(di, dj)`` apart; the offsets are bounded by the grid.
+    """
+    grid = spec.grid
+    cell = grid.cell_size_m
+    reach = radius_m / cell
+    worst = 0.0
+    for di in range(min(math.floor(reach) + 1, grid.rows - 1) + 1):
+        gap_rows = max(di - 1, 0)
+        if gap_rows > reach:
+            break
+        dj = min(math.floor(math.sqrt(reach * reach - gap_rows * gap_rows)) + 1, grid.cols - 1)
+        worst = max(worst, math.hypot(di, dj))
+    return worst * cell
