@@ -1,0 +1,27 @@
+"""Specs, tokens and helpers shared by the aggregator tests."""
+
+from __future__ import annotations
+
+import uuid
+
+ADMIN_TOKEN = "admin-secret"
+ANALYST_TOKEN = "analyst-secret"
+KRR_SPEC = {
+    "id": "fruit",
+    "title": "Favourite fruit",
+    "mechanism": "krr",
+    "epsilon": 1.5,
+    "domain": ["apple", "banana", "cherry", "damson"],
+}
+PLANAR_SPEC = {
+    "id": "where",
+    "title": "Where are you",
+    "mechanism": "planar_laplace",
+    "epsilon": 0.01,
+    "region": {"lat_min": 37.77, "lat_max": 37.78, "lon_min": -122.42, "lon_max": -122.41},
+    "cell_size_m": 200,
+}
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
