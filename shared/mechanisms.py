@@ -175,7 +175,9 @@ class KRR(Mechanism):
         try:
             return self._index[value]
         except KeyError:
-            raise ReportError("the value is not one of the campaign's labels", field="value") from None
+            raise ReportError(
+                "the value is not one of the campaign's labels", field="value"
+            ) from None
 
     def perturb_index(self, x: int, rng: RandomSource) -> int:
         draw = randbelow(rng, self.total_weight)

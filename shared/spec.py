@@ -128,7 +128,9 @@ class CampaignSpec:
             )
         enrollment = data.get("enrollment_required", False)
         if not isinstance(enrollment, bool):
-            raise SpecError("enrollment_required must be true or false", field="enrollment_required")
+            raise SpecError(
+                "enrollment_required must be true or false", field="enrollment_required"
+            )
         common = {"id": campaign_id, "title": title, "enrollment_required": enrollment}
         if mechanism == PLANAR_LAPLACE:
             return cls._planar_from_dict(data, common)
@@ -240,11 +242,17 @@ class CampaignSpec:
             low, high = values[f"{axis}_min"], values[f"{axis}_max"]
             for name, value in ((f"{axis}_min", low), (f"{axis}_max", high)):
                 if not -limit <= value <= limit:
-                    raise SpecError(f"region.{name} must be within ±{limit}", field=f"region.{name}")
+                    raise SpecError(
+                        f"region.{name} must be within ±{limit}", field=f"region.{name}"
+                    )
             if not low < high:
-                raise SpecError(f"region.{axis}_min must be below {axis}_max", field=f"region.{axis}_min")
+                raise SpecError(
+                    f"region.{axis}_min must be below {axis}_max", field=f"region.{axis}_min"
+                )
         if abs(values["lat_min"]) > 85 or abs(values["lat_max"]) > 85:
-            raise SpecError("regions beyond ±85° latitude are not supported", field="region.lat_max")
+            raise SpecError(
+                "regions beyond ±85° latitude are not supported", field="region.lat_max"
+            )
         return Region(**values)
 
     @classmethod

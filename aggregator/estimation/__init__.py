@@ -1,0 +1,27 @@
+"""Estimators of the true distribution from perturbed reports."""
+
+from aggregator.estimation.api import METHODS, EstimateResult, estimate
+from aggregator.estimation.channels import (
+    Channel,
+    DenseChannel,
+    KRRChannel,
+    PlanarLaplaceChannel,
+    SingularChannelError,
+    channel_for,
+)
+from aggregator.estimation.estimators import IBU, MatrixInversion, project_to_simplex
+
+__all__ = [
+    "IBU",
+    "METHODS",
+    "Channel",
+    "DenseChannel",
+    "EstimateResult",
+    "KRRChannel",
+    "MatrixInversion",
+    "PlanarLaplaceChannel",
+    "SingularChannelError",
+    "channel_for",
+    "estimate",
+    "project_to_simplex",
+]

@@ -1,0 +1,84 @@
+"""Confidence intervals for every estimator.
+
+* Inversion (unbiased): analytic. The report frequencies ``q`` are
+  multinomial, ``Cov(q) = (diag(q) - q q^T) / n``, and ``p = q C^{-1}`` is
+  linear, so ``Var(p_x) = (sum_y M[x, y]^2 q_y - p_x^2) / n`` with
+  ``M = C^{-T}``, estimated with the observed ``q``; the interval is
+  ``p_x +- z sd_x``. k-RR has the closed form ``q_x (1 - q_x) / (n (p - q)^2)``;
+  small channels use the explicit inverse; large ones estimate
+  ``sum_y M[x, y]^2 q_y`` with random-sign probes (``E[(M D^1/2 z)_x^2]``
+  for Rademacher ``z``), one solve per probe.
+* Clip, projection and IBU (non-linear): parametric bootstrap. Report counts
+  are redrawn from ``Multinomial(n, p_hat C)`` and the same estimator is run
+  again (IBU for the same number of iterations it chose); the interval is
+  the percentile interval of the replicates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import scipy.linalg
+from scipy.stats import norm
+
+from aggregator.estimation.channels import DENSE_SOLVE_LIMIT, Channel, KRRChannel
+
+VARIANCE_PROBES = 64
+
+
+def z_value(confidence: float) -> float:
+    return float(norm.ppf(0.5 + confidence / 2))
+
+
+def inversion_variance(
+    counts: np.ndarray, channel: Channel, unbiased: np.ndarray, *, seed: int = 0
+) -> np.ndarray:
+    """Per-entry variance of the unbiased inversion estimate, from the observed counts."""
+    n = counts.sum()
+    q = counts / n
+    if isinstance(channel, KRRChannel):
+        return q * (1 - q) / (n * (channel.p_keep - channel.p_other) ** 2)
+    if channel.n_inputs <= DENSE_SOLVE_LIMIT:
+        inverse_t = scipy.linalg.lu_solve(channel._lu(), np.eye(channel.n_outputs), trans=1)
+        second_moment = (inverse_t**2) @ q
+    else:
+        rng = np.random.default_rng(seed)
+        root_q = np.sqrt(q)
+        second_moment = np.zeros(channel.n_inputs)
+        for _ in range(VARIANCE_PROBES):
+            signs = rng.choice((-1.0, 1.0), size=channel.n_outputs)
+            second_moment += channel.solve(root_q * signs) ** 2
+        second_moment /= VARIANCE_PROBES
+    return np.maximum(second_moment - unbiased**2, 0.0) / n
+
+
+def analytic_interval(
+    counts: np.ndarray, channel: Channel, unbiased: np.ndarray, confidence: float, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    sd = np.sqrt(inversion_variance(counts, channel, unbiased, seed=seed))
+    z = z_value(confidence)
+    return unbiased - z * sd, unbiased + z * sd
+
+
+def bootstrap_interval(
+    counts: np.ndarray,
+    channel: Channel,
+    fitted: np.ndarray,
+    refit: Callable[[np.ndarray], np.ndarray],
+    *,
+    confidence: float,
+    n_bootstrap: int,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval of ``refit`` over counts redrawn from ``fitted``'s report distribution."""
+    rng = np.random.default_rng(seed)
+    n = int(counts.sum())
+    predicted = np.maximum(channel.forward(np.maximum(fitted, 0.0)), 0.0)
+    predicted /= predicted.sum()
+    replicates = np.empty((n_bootstrap, channel.n_inputs))
+    for b in range(n_bootstrap):
+        replicates[b] = refit(rng.multinomial(n, predicted).astype(float))
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(replicates, [alpha, 1 - alpha], axis=0)
+    return low, high
