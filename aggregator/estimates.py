@@ -8,17 +8,15 @@ method, and shapes the response (labels, intervals, grid, timings).
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import numpy as np
 
-from aggregator.estimation.channels import channel_for
+from aggregator.estimation import METHODS, SingularChannelError, estimate
 from aggregator.store import Campaign
 from shared.errors import ValidationError
 from shared.mechanisms import Mechanism, PlanarLaplace
 
-METHODS = ("ibu", "inversion", "clip", "projection")
 DEFAULT_METHOD = "ibu"
 DEFAULT_CONFIDENCE = 0.95
 
@@ -70,58 +68,28 @@ def count_vector(counts: dict[int, int], n_outputs: int) -> np.ndarray:
     return vector
 
 
-def run_estimator(method: str, counts: np.ndarray, channel: Any, confidence: float) -> dict:
-    """Run one estimation method; the single point of contact with :mod:`aggregator.estimation`.
-
-    Returns ``frequency``, ``ci_low``, ``ci_high`` (arrays over input indices)
-    and ``iterations`` / ``converged`` (None for closed-form methods).
-    """
-    from aggregator import estimation
-
-    return estimation.estimate(counts, channel, method=method, confidence=confidence)
-
-
 def estimate_response(
     campaign: Campaign, counts: dict[int, int], method: str, confidence: float
 ) -> dict[str, Any]:
-    """The estimate of a campaign's distribution, as it goes on the wire (``method`` parsed)."""
+    """The estimate of a campaign's distribution, as it goes on the wire.
+
+    ``method`` and ``confidence`` are already parsed. With no reports yet the
+    response has ``n = 0`` and an empty ``estimates`` list.
+    """
     mechanism = Mechanism.from_spec(campaign.spec)
     vector = count_vector(counts, mechanism.n_outputs)
-    n = int(vector.sum())
-    labels = output_labels(mechanism)
-    response: dict[str, Any] = {
-        "campaign": campaign.spec.id,
-        "spec_hash": campaign.spec_hash,
-        "method": method,
-        "n": n,
-        "confidence": confidence,
-        "estimates": [],
-        "iterations": None,
-        "converged": None,
-        "timings": {},
-    }
-    if n == 0:
-        return response
-    started = time.perf_counter()
-    channel = channel_for(mechanism)
-    built = time.perf_counter()
-    fitted = run_estimator(method, vector, channel, confidence)
-    finished = time.perf_counter()
-    frequency = np.asarray(fitted["frequency"], dtype=float)
-    low = np.asarray(fitted["ci_low"], dtype=float)
-    high = np.asarray(fitted["ci_high"], dtype=float)
-    response["estimates"] = [
-        {"label": label, "frequency": f, "ci_low": lo, "ci_high": hi}
-        for label, f, lo, hi in zip(
-            labels, frequency.tolist(), low.tolist(), high.tolist(), strict=True
-        )
-    ]
-    response["iterations"] = fitted.get("iterations")
-    response["converged"] = fitted.get("converged")
-    response["timings"] = {
-        "channel_ms": round((built - started) * 1000, 3),
-        "estimate_ms": round((finished - built) * 1000, 3),
-    }
+    head = {"campaign": campaign.spec.id, "spec_hash": campaign.spec_hash}
+    if not vector.any():
+        return {**head, "method": method, "n": 0, "confidence": confidence, "estimates": []}
+    try:
+        result = estimate(mechanism, vector, method=method, confidence=confidence)
+    except SingularChannelError as exc:
+        raise ValidationError(
+            f"{method} cannot be used for this campaign: {exc}; use ibu",
+            field="method",
+            code="method_not_applicable",
+        ) from exc
+    response = {**head, **result.to_dict(output_labels(mechanism))}
     if isinstance(mechanism, PlanarLaplace):
         grid = mechanism.grid
         response["grid"] = {
@@ -129,6 +97,6 @@ def estimate_response(
             "cols": grid.cols,
             "cell_size_m": grid.cell_size_m,
             "region": grid.region.to_dict(),
-            "cells": frequency.reshape(grid.rows, grid.cols).tolist(),
+            "cells": np.asarray(result.frequencies).reshape(grid.rows, grid.cols).tolist(),
         }
     return response

@@ -6,7 +6,7 @@ from typing import Any
 
 import flask
 
-from aggregator.estimates import METHODS
+from aggregator.estimation import METHODS
 from shared.spec import MECHANISMS
 
 bp = flask.Blueprint("openapi", __name__, url_prefix="/api/v1")
@@ -130,9 +130,11 @@ def document() -> dict[str, Any]:
                     },
                 },
             },
-            "iterations": {"type": "integer", "nullable": True},
+            "n_iter": {"type": "integer", "nullable": True, "description": "IBU iterations"},
             "converged": {"type": "boolean", "nullable": True},
-            "timings": {"type": "object", "additionalProperties": {"type": "number"}},
+            "log_likelihood": {"type": "number", "nullable": True},
+            "interval_method": {"type": "string"},
+            "seconds": {"type": "number", "description": "estimation time"},
             "grid": {
                 "type": "object",
                 "description": "planar_laplace only: cells[row][col], row 0 south, col 0 west",

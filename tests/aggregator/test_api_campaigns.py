@@ -1,0 +1,183 @@
+"""Campaign endpoints: admin auth, validation at the edge, JSON errors, immutability."""
+
+from __future__ import annotations
+
+import pytest
+from aggregator_testdata import ADMIN_TOKEN, KRR_SPEC, PLANAR_SPEC
+
+from aggregator.app import create_app
+from shared.spec import CampaignSpec
+
+
+def error_of(response):
+    body = response.get_json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"code", "message", "field"}
+    return body["error"]
+
+
+def test_create_returns_spec_with_server_hash(client, admin):
+    response = client.post("/api/v1/campaigns", json=KRR_SPEC, headers=admin)
+    assert response.status_code == 201
+    body = response.get_json()
+    spec = CampaignSpec.from_dict(KRR_SPEC)
+    assert body["spec_hash"] == spec.spec_hash
+    assert body["status"] == "open"
+    assert response.headers["Location"].endswith("/api/v1/campaigns/fruit")
+    # What the server serves parses back, as a client would pin it.
+    parsed, meta = CampaignSpec.from_wire(client.get("/api/v1/campaigns/fruit").get_json())
+    assert parsed == spec
+    assert meta["spec_hash"] == spec.spec_hash
+
+
+def test_create_same_spec_again_is_200_and_another_spec_409(client, admin, krr_campaign):
+    again = client.post("/api/v1/campaigns", json=KRR_SPEC, headers=admin)
+    assert again.status_code == 200
+    assert again.get_json()["spec_hash"] == krr_campaign["spec_hash"]
+    other = client.post("/api/v1/campaigns", json={**KRR_SPEC, "epsilon": 3}, headers=admin)
+    assert other.status_code == 409
+    assert error_of(other)["code"] == "campaign_exists"
+    assert client.get("/api/v1/campaigns/fruit").get_json()["epsilon"] == 1.5
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({}, 401),
+        ({"Authorization": "Bearer analyst-secret"}, 403),
+        ({"Authorization": "Basic x"}, 401),
+    ],
+)
+def test_create_needs_the_admin_token(client, headers, status):
+    response = client.post("/api/v1/campaigns", json=KRR_SPEC, headers=headers)
+    assert response.status_code == status
+    assert error_of(response)["code"] in ("unauthorized", "forbidden")
+    assert client.get("/api/v1/campaigns").get_json() == {"campaigns": []}
+
+
+def test_admin_role_is_closed_when_no_token_is_configured(redis_url):
+    app = create_app({"REDIS_URL": redis_url, "ADMIN_TOKEN": None})
+    response = app.test_client().post(
+        "/api/v1/campaigns", json=KRR_SPEC, headers={"Authorization": "Bearer None"}
+    )
+    assert response.status_code == 403
+
+
+def test_numeric_token_from_the_environment_works(redis_url, monkeypatch):
+    # from_prefixed_env parses values as JSON: this token arrives as an int.
+    monkeypatch.setenv("LDP_ADMIN_TOKEN", "123456")
+    monkeypatch.setenv("LDP_REDIS_URL", redis_url)
+    app = create_app()
+    assert app.config["ADMIN_TOKEN"] == 123456
+    response = app.test_client().post(
+        "/api/v1/campaigns", json=KRR_SPEC, headers={"Authorization": "Bearer 123456"}
+    )
+    assert response.status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "code"),
+    [
+        ({"epsilon": -1}, "epsilon", "invalid_spec"),
+        ({"epsilon": True}, "epsilon", "invalid_spec"),
+        ({"domain": ["a", "a"]}, "domain[1]", "invalid_spec"),
+        ({"mechanism": "laplace"}, "mechanism", "invalid_spec"),
+        ({"colour": "red"}, "colour", "invalid_spec"),
+        ({"spec_hash": "abc"}, "spec_hash", "invalid_spec"),
+        ({"status": "closed"}, "status", "invalid_spec"),
+        ({"id": "Bad Id"}, "id", "invalid_spec"),
+    ],
+)
+def test_invalid_spec_is_422_naming_the_field(client, admin, change, field, code):
+    response = client.post("/api/v1/campaigns", json={**KRR_SPEC, **change}, headers=admin)
+    assert response.status_code == 422
+    error = error_of(response)
+    assert (error["field"], error["code"]) == (field, code)
+
+
+def test_body_must_be_json(client, admin):
+    not_json = client.post("/api/v1/campaigns", data="id=x", headers=admin)
+    assert not_json.status_code == 415
+    assert error_of(not_json)["code"] == "unsupported_media_type"
+    broken = client.post(
+        "/api/v1/campaigns", data="{", content_type="application/json", headers=admin
+    )
+    assert broken.status_code == 400
+    assert error_of(broken)["code"] == "invalid_json"
+    nan = client.post(
+        "/api/v1/campaigns",
+        data='{"id": "x", "title": "x", "mechanism": "rr", "epsilon": NaN}',
+        content_type="application/json",
+        headers=admin,
+    )
+    assert nan.status_code == 400
+    deep = client.post(
+        "/api/v1/campaigns", data="[" * 100_000, content_type="application/json", headers=admin
+    )
+    assert deep.status_code == 400
+    assert client.post("/api/v1/campaigns", json=[1], headers=admin).status_code == 422
+
+
+def test_body_too_large_is_413(config, admin):
+    app = create_app({**config, "MAX_CONTENT_LENGTH": 1000})
+    big = {**KRR_SPEC, "domain": [f"label-{i}" for i in range(500)]}
+    response = app.test_client().post("/api/v1/campaigns", json=big, headers=admin)
+    assert response.status_code == 413
+    assert error_of(response)["code"] == "too_large"
+
+
+def test_get_and_list_are_public(client, krr_campaign, planar_campaign):
+    listed = client.get("/api/v1/campaigns").get_json()["campaigns"]
+    assert [c["id"] for c in listed] == ["fruit", "where"]
+    planar = client.get("/api/v1/campaigns/where").get_json()
+    assert planar["spec_hash"] == CampaignSpec.from_dict(PLANAR_SPEC).spec_hash
+    assert planar["region"] == PLANAR_SPEC["region"]
+
+
+@pytest.mark.parametrize("campaign_id", ["nope", "Not-A-Slug", "a" * 70, "x%7Bc%3Ay%7D"])
+def test_unknown_or_malformed_campaign_is_404(client, campaign_id):
+    response = client.get(f"/api/v1/campaigns/{campaign_id}")
+    assert response.status_code == 404
+    assert error_of(response)["code"] == "campaign_not_found"
+
+
+def test_close_and_reopen(client, admin, analyst, krr_campaign):
+    url = "/api/v1/campaigns/fruit"
+    assert client.patch(url, json={"status": "closed"}, headers=analyst).status_code == 403
+    closed = client.patch(url, json={"status": "closed"}, headers=admin)
+    assert closed.status_code == 200
+    assert closed.get_json()["status"] == "closed"
+    assert closed.get_json()["spec_hash"] == krr_campaign["spec_hash"]
+    assert client.get(url).get_json()["status"] == "closed"
+    assert client.patch(url, json={"status": "open"}, headers=admin).get_json()["status"] == "open"
+
+
+@pytest.mark.parametrize(
+    "body", [{"status": "paused"}, {"epsilon": 9}, {"status": "closed", "epsilon": 9}, []]
+)
+def test_only_the_status_can_change(client, admin, krr_campaign, body):
+    response = client.patch("/api/v1/campaigns/fruit", json=body, headers=admin)
+    assert response.status_code == 422
+    assert client.get("/api/v1/campaigns/fruit").get_json() == krr_campaign
+
+
+def test_unknown_routes_and_methods_are_json(client):
+    missing = client.get("/api/v1/nothing")
+    assert missing.status_code == 404
+    assert error_of(missing)["code"] == "not_found"
+    wrong = client.delete("/api/v1/campaigns")
+    assert wrong.status_code == 405
+    assert error_of(wrong)["code"] == "method_not_allowed"
+
+
+def test_store_outage_is_503_without_details(admin):
+    app = create_app({"REDIS_URL": "redis://127.0.0.1:1/0", "ADMIN_TOKEN": ADMIN_TOKEN})
+    response = app.test_client().get("/api/v1/campaigns")
+    assert response.status_code == 503
+    error = error_of(response)
+    assert error["code"] == "storage_unavailable"
+    assert "127.0.0.1" not in error["message"]
+
+
+def test_health(client):
+    assert client.get("/api/v1/health").get_json() == {"status": "ok"}
