@@ -218,8 +218,8 @@ def estimates_command(
         _echo_json(result)
         return
     click.echo(f"campaign {campaign_id}  method {method}  n {result['n']}")
-    if result["iterations"] is not None:
-        click.echo(f"iterations {result['iterations']}  converged {result['converged']}")
+    if result.get("n_iter") is not None:
+        click.echo(f"iterations {result['n_iter']}  converged {result['converged']}")
     level = f"{confidence:.0%}"
     click.echo(f"{'label':<24} {'frequency':>10} {level + ' low':>10} {level + ' high':>10}")
     for row in result["estimates"]:

@@ -1,0 +1,111 @@
+"""``ldp-aggregator`` commands against a real Redis (and the embedded one in a data directory)."""
+
+from __future__ import annotations
+
+import json
+
+from aggregator_testdata import KRR_SPEC, new_id
+
+from aggregator.cli import main
+from aggregator.redis_server import EmbeddedRedis
+from aggregator.store import StoredReport
+from shared.spec import CampaignSpec
+
+
+def run(runner, redis_url, *args, **kwargs):
+    return runner.invoke(main, ["--redis-url", redis_url, *args], **kwargs)
+
+
+def write_spec(tmp_path, spec=KRR_SPEC):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    return str(path)
+
+
+def test_create_list_show_close_open(runner, redis_url, tmp_path):
+    created = run(runner, redis_url, "campaigns", "create", write_spec(tmp_path))
+    assert created.exit_code == 0, created.output
+    assert json.loads(created.output)["spec_hash"] == CampaignSpec.from_dict(KRR_SPEC).spec_hash
+    listed = run(runner, redis_url, "campaigns", "list")
+    assert listed.output.split("\t")[:4] == ["fruit", "krr", "open", "0"]
+    assert run(runner, redis_url, "campaigns", "close", "fruit").exit_code == 0
+    shown = json.loads(run(runner, redis_url, "campaigns", "show", "fruit").output)
+    assert shown["status"] == "closed"
+    assert shown["n_reports"] == 0
+    assert run(runner, redis_url, "campaigns", "open", "fruit").exit_code == 0
+    assert (
+        json.loads(run(runner, redis_url, "campaigns", "show", "fruit").output)["status"] == "open"
+    )
+
+
+def test_create_from_stdin_and_again(runner, redis_url):
+    first = run(runner, redis_url, "campaigns", "create", "-", input=json.dumps(KRR_SPEC))
+    assert first.exit_code == 0
+    again = run(runner, redis_url, "campaigns", "create", "-", input=json.dumps(KRR_SPEC))
+    assert again.exit_code == 0
+    assert "already exists" in again.stderr
+
+
+def test_library_errors_become_error_lines(runner, redis_url, tmp_path):
+    bad = run(
+        runner, redis_url, "campaigns", "create", write_spec(tmp_path, {**KRR_SPEC, "epsilon": 0})
+    )
+    assert bad.exit_code == 1
+    assert bad.stderr.startswith("Error: epsilon must be > 0")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    not_json = run(runner, redis_url, "campaigns", "create", str(broken))
+    assert not_json.exit_code == 1
+    assert "not valid JSON" in not_json.stderr
+    missing = run(runner, redis_url, "campaigns", "show", "nope")
+    assert missing.exit_code == 1
+    assert missing.stderr == "Error: no campaign 'nope'\n"
+    down = runner.invoke(main, ["--redis-url", "redis://127.0.0.1:1/0", "campaigns", "list"])
+    assert down.exit_code == 1
+    assert down.stderr.startswith("Error: the report store is unavailable")
+
+
+def test_estimates_table_and_json(runner, redis_url, store, tmp_path):
+    run(runner, redis_url, "campaigns", "create", write_spec(tmp_path))
+    spec = CampaignSpec.from_dict(KRR_SPEC)
+    store.ingest("fruit", [StoredReport(new_id(), i % 2, spec.domain[i % 2]) for i in range(60)])
+    table = run(runner, redis_url, "estimates", "fruit", "--method", "inversion")
+    assert table.exit_code == 0, table.output
+    lines = table.output.splitlines()
+    assert lines[0] == "campaign fruit  method inversion  n 60"
+    assert [line.split()[0] for line in lines[-4:]] == list(spec.domain)
+    as_json = json.loads(run(runner, redis_url, "estimates", "fruit", "--json").output)
+    assert as_json["method"] == "ibu"
+    assert as_json["n"] == 60
+    wrong = run(runner, redis_url, "estimates", "fruit", "--method", "median")
+    assert wrong.exit_code == 2
+    level = run(runner, redis_url, "estimates", "fruit", "--confidence", "1")
+    assert level.exit_code == 2
+
+
+def test_export_writes_every_report_as_json_lines(runner, redis_url, store, tmp_path):
+    run(runner, redis_url, "campaigns", "create", write_spec(tmp_path))
+    spec = CampaignSpec.from_dict(KRR_SPEC)
+    sent = [StoredReport(new_id(), i % 4, spec.domain[i % 4]) for i in range(2500)]
+    for start in range(0, 2500, 500):
+        store.ingest("fruit", sent[start : start + 500])
+    out = tmp_path / "reports.jsonl"
+    result = run(runner, redis_url, "export", "fruit", "-o", str(out))
+    assert result.exit_code == 0
+    assert "2500 reports written" in result.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["report_id"], r["value"]) for r in rows] == [(s.report_id, s.value) for s in sent]
+    to_stdout = run(runner, redis_url, "export", "fruit")
+    assert len(to_stdout.stdout.splitlines()) == 2500
+
+
+def test_embedded_store_in_a_data_directory(runner, tmp_path):
+    data = tmp_path / "data"
+    args = ["--data-dir", str(data)]
+    created = runner.invoke(main, [*args, "campaigns", "create", write_spec(tmp_path)])
+    assert created.exit_code == 0, created.output
+    # The command stopped the server it started; the next one finds the campaign on disk.
+    assert not EmbeddedRedis(data).is_running()
+    assert (data / "appendonly.aof").exists()
+    listed = runner.invoke(main, [*args, "campaigns", "list"])
+    assert listed.output.startswith("fruit\tkrr\topen")
