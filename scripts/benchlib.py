@@ -1,0 +1,96 @@
+"""Shared helpers of the benchmark scripts: the machine they ran on and BENCHMARKS.md sections.
+
+Each benchmark script owns one section of ``BENCHMARKS.md``, delimited by
+``<!-- section: NAME -->`` and ``<!-- end: NAME -->`` lines. :func:`write_section`
+replaces that section in place (or appends it), with a header line giving the
+command that produced it, the date and the machine, so figures are never quoted
+without their context.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import platform
+import re
+import shlex
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS_FILE = ROOT / "BENCHMARKS.md"
+TITLE = "# Benchmarks\n\nEach section is written by the script named in its header; rerun it to refresh.\n"
+
+
+def cpu_model() -> str:
+    """The CPU model name from ``/proc/cpuinfo``, or what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def ram_bytes() -> int | None:
+    """Total physical memory in bytes, if the system says."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def machine_description() -> str:
+    """One line: CPU model, cores, RAM, Python version and platform."""
+    ram = ram_bytes()
+    ram_text = f"{ram / 2**30:.1f} GiB RAM" if ram else "RAM unknown"
+    return (
+        f"{cpu_model()}, {os.cpu_count()} cores, {ram_text}, "
+        f"Python {platform.python_version()} ({platform.system()} {platform.machine()})"
+    )
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command that ran, as one would retype it from the repository root."""
+    argv = sys.argv if argv is None else argv
+    script = Path(argv[0])
+    with contextlib.suppress(ValueError):
+        script = script.resolve().relative_to(ROOT)
+    return shlex.join(["python", str(script), *argv[1:]])
+
+
+def section_text(name: str, markdown: str, *, command: str | None = None) -> str:
+    """The delimited block for ``name``, with its provenance header."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    header = (
+        f"_Command: `{command or command_line()}`; date: {now}; machine: {machine_description()}._"
+    )
+    return f"<!-- section: {name} -->\n{header}\n\n{markdown.strip()}\n<!-- end: {name} -->\n"
+
+
+def write_section(
+    name: str, markdown: str, *, command: str | None = None, path: Path | None = None
+) -> Path:
+    """Replace (or append) section ``name`` of ``BENCHMARKS.md`` with ``markdown``.
+
+    Other sections are left as they are. Returns the path written.
+    """
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ValueError(f"section names are letters, digits, '.', '_' and '-', got {name!r}")
+    path = BENCHMARKS_FILE if path is None else path
+    block = section_text(name, markdown, command=command)
+    existing = path.read_text() if path.exists() else TITLE
+    pattern = re.compile(
+        rf"^<!-- section: {re.escape(name)} -->\n.*?^<!-- end: {re.escape(name)} -->\n?",
+        re.DOTALL | re.MULTILINE,
+    )
+    if pattern.search(existing):
+        updated = pattern.sub(lambda _: block, existing, count=1)
+    else:
+        updated = existing.rstrip("\n") + "\n\n" + block
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(updated)
+    tmp.replace(path)
+    return path
