@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 from typing import Any
 
 import click
@@ -31,7 +32,25 @@ FORGET_WARNING = (
     "can combine with your earlier reports. The budget already spent stays spent."
 )
 
-_POSITIVE = click.FloatRange(0, min_open=True)
+
+class _PositiveFinite(click.ParamType):
+    """A finite number above 0 (``click.FloatRange`` lets NaN through)."""
+
+    name = "number"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not (math.isfinite(number) and number > 0):
+            self.fail(f"{value!r} is not a finite number above 0", param, ctx)
+        return number
+
+
+_POSITIVE = _PositiveFinite()
 
 
 class CLIError(click.ClickException):

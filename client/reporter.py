@@ -143,6 +143,7 @@ class _Prepared:
     spec: CampaignSpec
     online: bool
     offline_reason: str | None
+    offline_retry_after: float | None
     cost: float
     tag: str
     payload: dict[str, Any]
@@ -271,7 +272,7 @@ class Reporter:
                 campaign_id=campaign_id,
                 payload=prepared.payload,
                 created_at=now,
-                next_attempt_at=now,
+                next_attempt_at=now + (prepared.offline_retry_after or 0.0),
             )
             state.queue.append(entry)
             spent = state.total_spent
@@ -304,7 +305,7 @@ class Reporter:
 
     def _prepare(self, campaign_id: str, value: Any) -> _Prepared:
         key = campaign_key(self.server, campaign_id)
-        online, offline_reason = True, None
+        online, offline_reason, retry_after = True, None, None
         try:
             spec, _meta = self._api(self.server).get_campaign(campaign_id)
         except ServerUnavailable as exc:
@@ -317,6 +318,7 @@ class Reporter:
                 ) from exc
             spec = self._pinned_spec(record)
             online, offline_reason = False, f"{exc.message}; reported with the pinned spec"
+            retry_after = exc.retry_after
 
         cost = self.policy.cost(spec)
         if cost > self.policy.max_epsilon * (1 + _SLACK):
@@ -346,6 +348,7 @@ class Reporter:
             spec=spec,
             online=online,
             offline_reason=offline_reason,
+            offline_retry_after=retry_after,
             cost=cost,
             tag=value_tag(secret, spec.id, spec.spec_hash, index),
             payload=payload,

@@ -1,0 +1,89 @@
+"""The policy: validation and the cost of a report, checked against brute force."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from client import Policy
+from client.policy import worst_centre_distance_m
+from shared.spec import CampaignSpec
+
+
+def planar(cell: float, epsilon: float = 0.01, size_deg: float = 0.01) -> CampaignSpec:
+    return CampaignSpec.from_dict(
+        {
+            "id": "p",
+            "title": "p",
+            "mechanism": "planar_laplace",
+            "epsilon": epsilon,
+            "region": {
+                "lat_min": 10.0,
+                "lat_max": 10.0 + size_deg,
+                "lon_min": 20.0,
+                "lon_max": 20.0 + size_deg,
+            },
+            "cell_size_m": cell,
+        }
+    )
+
+
+def brute_force(spec: CampaignSpec, radius: float) -> float:
+    """Max centre distance over all cell pairs whose rectangles come within ``radius``."""
+    grid, cell = spec.grid, spec.grid.cell_size_m
+    worst = 0.0
+    cells = list(itertools.product(range(grid.rows), range(grid.cols)))
+    for (r1, c1), (r2, c2) in itertools.product(cells, repeat=2):
+        gap = math.hypot(max(abs(r1 - r2) - 1, 0), max(abs(c1 - c2) - 1, 0)) * cell
+        if gap <= radius:
+            worst = max(worst, math.hypot(r1 - r2, c1 - c2) * cell)
+    return worst
+
+
+@pytest.mark.parametrize("cell", [50.0, 130.0, 400.0, 2000.0])
+@pytest.mark.parametrize("radius", [1.0, 100.0, 200.0, 750.0, 5000.0])
+def test_worst_centre_distance_matches_brute_force(cell, radius):
+    spec = planar(cell)
+    assert worst_centre_distance_m(spec, radius) == pytest.approx(brute_force(spec, radius))
+
+
+def test_costs():
+    krr = CampaignSpec.from_dict(
+        {"id": "k", "title": "k", "mechanism": "krr", "epsilon": 0.7, "domain": ["a", "b", "c"]}
+    )
+    assert Policy().cost(krr) == 0.7
+    spec = planar(100.0, epsilon=0.005)
+    policy = Policy(location_radius_m=200.0)
+    # One row and three columns apart: sqrt(10) cells.
+    assert policy.cost(spec) == pytest.approx(0.005 * 100 * math.sqrt(10))
+    # Never more than the simple bound epsilon * (r + cell * sqrt 2).
+    assert policy.cost(spec) <= 0.005 * (200 + 100 * math.sqrt(2))
+    # A single-cell grid reveals nothing.
+    assert Policy().cost(planar(5000.0)) == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"max_epsilon": 0}, ValueError),
+        ({"total_budget": -1}, ValueError),
+        ({"total_budget": math.inf}, ValueError),
+        ({"location_radius_m": math.nan}, ValueError),
+        ({"max_epsilon": True}, TypeError),
+        ({"max_epsilon": "1"}, TypeError),
+    ],
+)
+def test_policy_validates_once(kwargs, error):
+    with pytest.raises(error):
+        Policy(**kwargs)
+
+
+def test_policy_is_immutable_and_keyword_only():
+    policy = Policy(max_epsilon=1, total_budget=3)
+    assert isinstance(policy.max_epsilon, float)
+    with pytest.raises(AttributeError):
+        policy.max_epsilon = 5  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Policy(1.0)  # type: ignore[misc]
