@@ -1,0 +1,122 @@
+"""The local projection and the report grid: sizes, cell lookup and wire centres."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from shared.geo import CENTRE_TOLERANCE_DEG, COORD_DECIMALS, EARTH_RADIUS_M, Grid, Region
+
+PER_DEG_LAT = EARTH_RADIUS_M * math.pi / 180
+
+
+def region_of_size(height_m: float, width_m: float, lat0: float = 48.85, lon0: float = 2.35):
+    """A region whose projected size is ``height_m x width_m`` metres."""
+    lat_span = height_m / PER_DEG_LAT
+    per_deg_lon = PER_DEG_LAT * math.cos(math.radians(lat0 + lat_span / 2))
+    return Region(lat0, lat0 + lat_span, lon0, lon0 + width_m / per_deg_lon)
+
+
+@pytest.mark.parametrize(
+    ("height", "width", "cell", "rows", "cols"),
+    [
+        (1000, 600, 200, 5, 3),  # exact multiples: no extra row or column
+        (1001, 601, 200, 6, 4),  # a metre more opens a new row and column
+        (999, 599, 200, 5, 3),
+        (50, 50, 200, 1, 1),  # smaller than one cell
+        (2000, 100, 100, 20, 1),
+    ],
+)
+def test_rows_and_cols(height, width, cell, rows, cols):
+    grid = Grid(region_of_size(height, width), cell)
+    assert (grid.rows, grid.cols) == (rows, cols)
+    assert grid.n_cells == rows * cols
+    assert grid.width_m == cols * cell and grid.height_m == rows * cell
+
+
+def test_projection_round_trip_and_scale():
+    region = region_of_size(1000, 600)
+    grid = Grid(region, 200)
+    assert grid.to_xy(region.lat_min, region.lon_min) == (0.0, 0.0)
+    x, y = grid.to_xy(region.lat_max, region.lon_max)
+    # The region was built to be 600 m x 1000 m in this projection.
+    assert x == pytest.approx(600, abs=1e-6) and y == pytest.approx(1000, abs=1e-6)
+    for px, py in ((0.0, 0.0), (123.4, 567.8), (599.9, 999.9), (-50.0, 1200.0)):
+        lat, lon = grid.to_latlon(px, py)
+        back = grid.to_xy(lat, lon)
+        assert back == pytest.approx((px, py), abs=1e-6)
+
+
+def test_every_cell_round_trips_through_its_wire_centre():
+    grid = Grid(region_of_size(1001, 601), 200)  # 6 x 4, last row/col partly outside the region
+    seen = set()
+    for index in range(grid.n_cells):
+        lat, lon = grid.centre(index)
+        assert lat == round(lat, COORD_DECIMALS) and lon == round(lon, COORD_DECIMALS)
+        assert grid.cell_of(lat, lon) == index
+        assert grid.centre_index(lat, lon) == index
+        row, col = divmod(index, grid.cols)
+        assert grid.centre_xy(index) == ((col + 0.5) * 200, (row + 0.5) * 200)
+        seen.add((lat, lon))
+    assert len(seen) == grid.n_cells
+
+
+def test_cell_of_is_row_major_from_the_south_west():
+    grid = Grid(region_of_size(1000, 600), 200)  # 5 rows x 3 cols
+    assert grid.cell_of_xy(1, 1) == 0
+    assert grid.cell_of_xy(201, 1) == 1  # east: next column
+    assert grid.cell_of_xy(1, 201) == 3  # north: next row
+    assert grid.cell_of_xy(599, 999) == 14
+    # Cell boundaries belong to the cell above/right of them.
+    assert grid.cell_of_xy(200.0, 0.0) == 1
+    assert grid.cell_of_xy(0.0, 200.0) == 3
+
+
+@pytest.mark.parametrize(
+    ("x", "y", "expected"),
+    [
+        (-1e9, -1e9, 0),
+        (-5, 300, 3),  # west of the grid: first column of its row
+        (10_000, 300, 5),  # east: last column
+        (300, -5, 1),  # south: first row
+        (300, 10_000, 13),  # north: last row
+        (1e12, 1e12, 14),
+        (600.0, 1000.0, 14),  # the far corner itself
+    ],
+)
+def test_points_outside_the_grid_are_remapped_to_the_nearest_cell(x, y, expected):
+    grid = Grid(region_of_size(1000, 600), 200)
+    assert grid.cell_of_xy(x, y) == expected
+
+
+def test_centre_index_rejects_off_centre_points():
+    grid = Grid(region_of_size(1000, 600), 200)
+    for index in range(grid.n_cells):
+        lat, lon = grid.centre(index)
+        # Within the stated tolerance it is still the centre; a few times beyond it is not.
+        assert grid.centre_index(lat + CENTRE_TOLERANCE_DEG / 2, lon) == index
+        for dlat, dlon in ((3e-6, 0), (0, 3e-6), (-3e-6, 0), (0, -3e-6), (3e-6, 3e-6)):
+            assert grid.centre_index(lat + dlat, lon + dlon) is None
+        # A corner of the cell is in the cell but not its centre.
+        corner = grid.to_latlon(*(c - 99.0 for c in grid.centre_xy(index)))
+        assert grid.cell_of(*corner) == index
+        assert grid.centre_index(*corner) is None
+
+
+def test_centre_index_rejects_points_outside_the_grid():
+    grid = Grid(region_of_size(1000, 600), 200)
+    # The centres a row or a column beyond each edge.
+    for x, y in ((-100, 100), (100, -100), (700, 100), (100, 1100), (700, 1100), (-100, -100)):
+        lat, lon = grid.to_latlon(x, y)
+        lat, lon = round(lat, COORD_DECIMALS), round(lon, COORD_DECIMALS)
+        assert grid.centre_index(lat, lon) is None
+    assert grid.centre_index(0.0, 0.0) is None
+    assert grid.centre_index(-89.0, -179.0) is None
+
+
+def test_region_contains_is_inclusive():
+    region = Region(1.0, 2.0, 3.0, 4.0)
+    assert region.contains(1.0, 3.0) and region.contains(2.0, 4.0) and region.contains(1.5, 3.5)
+    assert not region.contains(0.999, 3.5) and not region.contains(1.5, 4.001)
+    assert region.to_dict() == {"lat_min": 1.0, "lat_max": 2.0, "lon_min": 3.0, "lon_max": 4.0}
