@@ -61,6 +61,7 @@ def open_unit_uniform(rng: RandomSource) -> float:
             exponent += _WORD_BITS - word.bit_length()
             break
         exponent += _WORD_BITS
+    exponent = min(exponent, _MAX_EXPONENT)  # deeper would underflow to 0.0
     mantissa = rng.getrandbits(_MANTISSA_BITS)
     # Midpoint of the mantissa cell: never exactly 0 or 1.
     return math.ldexp((1 << _MANTISSA_BITS) + mantissa + 0.5, -_MANTISSA_BITS - exponent)

@@ -1,0 +1,143 @@
+"""Statistical helpers of the shared tests: goodness of fit, its power, the privacy audit.
+
+Every test that uses them runs at a fixed seed, so a pass or a failure is
+reproducible; the significance levels below say how unlikely a failure of a
+correct implementation would be if the seed were drawn at random.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, stats
+
+# Significance level of one goodness-of-fit test: a correct sampler fails it
+# with probability 1e-3 under a random seed.
+GOF_ALPHA = 1e-3
+# Outputs whose expected count is below this are pooled into one bin, so the
+# chi-square approximation of the statistic holds.
+MIN_EXPECTED = 5.0
+
+
+@dataclass(frozen=True)
+class GoodnessOfFit:
+    statistic: float
+    dof: int
+    p_value: float
+
+
+def pooled(counts: np.ndarray, probabilities: np.ndarray, n: int):
+    """Observed and expected counts, with every output of expected count < MIN_EXPECTED in one bin."""
+    counts = np.asarray(counts, dtype=float)
+    expected = n * np.asarray(probabilities, dtype=float)
+    small = expected < MIN_EXPECTED
+    observed_bins = list(counts[~small])
+    expected_bins = list(expected[~small])
+    if small.any():
+        observed_bins.append(counts[small].sum())
+        expected_bins.append(expected[small].sum())
+    return np.asarray(observed_bins), np.asarray(expected_bins)
+
+
+def chi_square_gof(counts: Sequence[int], probabilities: Sequence[float]) -> GoodnessOfFit:
+    """Pearson's chi-square test of ``counts`` against the exact ``probabilities``.
+
+    An observation in an output of probability 0 is an immediate failure (p = 0).
+    """
+    counts = np.asarray(counts, dtype=float)
+    probabilities = np.asarray(probabilities, dtype=float)
+    assert counts.shape == probabilities.shape
+    assert abs(probabilities.sum() - 1) < 1e-9
+    n = int(counts.sum())
+    if np.any(counts[probabilities == 0] > 0):
+        return GoodnessOfFit(math.inf, 0, 0.0)
+    support = probabilities > 0
+    observed, expected = pooled(counts[support], probabilities[support], n)
+    statistic = float(((observed - expected) ** 2 / expected).sum())
+    dof = observed.size - 1
+    return GoodnessOfFit(statistic, dof, float(stats.chi2.sf(statistic, dof)))
+
+
+def chi_square_power(n: int, dof: int, tv: float, alpha: float = GOF_ALPHA) -> float:
+    """A lower bound on the power of the chi-square test against any alternative at total variation ``tv``.
+
+    The noncentrality of Pearson's statistic under an alternative ``p1`` is
+    ``n * sum (p1 - p0)^2 / p0``, and by Cauchy-Schwarz
+    ``(sum |p1 - p0|)^2 <= sum (p1 - p0)^2 / p0``, i.e. it is at least
+    ``n (2 tv)^2``. (``tv`` is measured on the pooled bins, where any
+    difference the test can see lives.)
+    """
+    critical = stats.chi2.isf(alpha, dof)
+    return float(stats.ncx2.sf(critical, dof, n * (2 * tv) ** 2))
+
+
+def detectable_tv(n: int, dof: int, power: float = 0.99, alpha: float = GOF_ALPHA) -> float:
+    """The total-variation shift that the test detects with probability >= ``power``."""
+    return float(optimize.brentq(lambda tv: chi_square_power(n, dof, tv, alpha) - power, 1e-9, 1.0))
+
+
+def scalar_counts(mechanism, x: int, n: int, seed: int) -> np.ndarray:
+    """Output counts of ``n`` draws of the on-device sampler for input ``x`` (``random.Random(seed)``)."""
+    rng = random.Random(seed)
+    perturb = mechanism.perturb_index
+    draws = [perturb(x, rng) for _ in range(n)]
+    return np.bincount(draws, minlength=mechanism.n_outputs)
+
+
+def bonferroni_z(alpha: float, n_tests: int) -> float:
+    """One-sided normal quantile with the level ``alpha`` shared over ``n_tests`` tests."""
+    return float(stats.norm.isf(alpha / max(n_tests, 1)))
+
+
+@dataclass(frozen=True)
+class LogRatioCheck:
+    """The worst output of a log-ratio audit of one ordered pair of inputs."""
+
+    excess: float  # max over outputs of (estimate - bound - tolerance); <= 0 passes
+    output: int
+    estimate: float
+    bound: float
+    tolerance: float
+    n_checked: int
+
+
+def log_ratio_audit(
+    counts_x: np.ndarray,
+    counts_other: np.ndarray,
+    bound: float,
+    z: float,
+    min_count: int,
+) -> LogRatioCheck:
+    """Compare ``ln(P_hat(y | x) / P_hat(y | x'))`` with ``bound`` for every output seen enough.
+
+    The standard error of ``ln(k / n)`` for a binomial count ``k`` is
+    ``sqrt((1 - p) / (n p))`` (delta method), estimated with the observed
+    ``p``; the two samples are independent, so the variances add. Outputs with
+    fewer than ``min_count`` reports under either input are left out (the
+    delta method needs the counts to be well above zero).
+    """
+    counts_x = np.asarray(counts_x, dtype=float)
+    counts_other = np.asarray(counts_other, dtype=float)
+    n_x, n_other = counts_x.sum(), counts_other.sum()
+    usable = (counts_x >= min_count) & (counts_other >= min_count)
+    assert usable.any(), "no output has enough reports to audit"
+    p_x = counts_x[usable] / n_x
+    p_other = counts_other[usable] / n_other
+    estimate = np.log(p_x) - np.log(p_other)
+    se = np.sqrt((1 - p_x) / (n_x * p_x) + (1 - p_other) / (n_other * p_other))
+    bounds = np.broadcast_to(np.asarray(bound, dtype=float), counts_x.shape)[usable]
+    excess = estimate - bounds - z * se
+    worst = int(np.argmax(excess))
+    outputs = np.flatnonzero(usable)
+    return LogRatioCheck(
+        excess=float(excess[worst]),
+        output=int(outputs[worst]),
+        estimate=float(estimate[worst]),
+        bound=float(bounds[worst]),
+        tolerance=float(z * se[worst]),
+        n_checked=int(usable.sum()),
+    )
