@@ -1,0 +1,177 @@
+"""What the dashboard pages show, shaped from the store and the estimate API's responses.
+
+Nothing here computes an estimate of its own: the estimate shown is exactly
+:func:`aggregator.estimates.estimate_response`, the body of the estimate API,
+so a chart and the API can never disagree. For planar campaigns the payload
+adds the heatmap layers on the campaign's lat/lon grid: the share of noisy
+reports per cell (from the stored counts) and the reconstructed distribution,
+both taken from the same snapshot of the counts.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from aggregator import estimates
+from aggregator.store import Campaign, CampaignStore
+from shared.spec import PLANAR_LAPLACE
+
+MECHANISM_NAMES = {
+    "rr": "Randomized response",
+    "krr": "k-ary randomized response",
+    PLANAR_LAPLACE: "Planar Laplace",
+}
+METHOD_NAMES = {
+    "ibu": "IBU (iterative Bayesian update)",
+    "inversion": "Matrix inversion (unbiased)",
+    "clip": "Inversion, clipped and renormalised",
+    "projection": "Inversion, projected onto the simplex",
+}
+# Spreadsheets run a cell that starts with one of these as a formula.
+_FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def iso_utc(timestamp: float | None) -> str | None:
+    """Unix seconds as ISO 8601 in UTC (``2024-05-01T12:00:00Z``), None stays None."""
+    if timestamp is None:
+        return None
+    moment = datetime.fromtimestamp(timestamp, tz=UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def epsilon_text(campaign: Campaign) -> str:
+    """Epsilon as an analyst reads it: per metre for locations, with the level/radius form."""
+    spec = campaign.spec
+    if spec.mechanism != PLANAR_LAPLACE:
+        return f"{spec.epsilon:g}"
+    text = f"{spec.epsilon:g} per m"
+    if spec.privacy_level is not None:
+        text += f" (level {spec.privacy_level:g} within {spec.privacy_radius_m:g} m)"
+    return text
+
+
+def last_report_times(store: CampaignStore, campaign_ids: Iterable[str]) -> dict[str, float | None]:
+    """When each campaign last accepted a report (unix seconds), from its report stream."""
+    ids = list(campaign_ids)
+    pipe = store.connection.pipeline(transaction=False)
+    for campaign_id in ids:
+        pipe.xrevrange(CampaignStore.STREAM_KEY.format(id=campaign_id), count=1)
+    times: dict[str, float | None] = {}
+    for campaign_id, entries in zip(ids, pipe.execute(), strict=True):
+        # Stream ids are "<milliseconds>-<sequence>", stamped by Redis on XADD.
+        times[campaign_id] = int(entries[0][0].split(b"-")[0]) / 1000 if entries else None
+    return times
+
+
+def campaign_row(campaign: Campaign, last_report: float | None) -> dict[str, Any]:
+    """One line of the campaign list."""
+    spec = campaign.spec
+    return {
+        "id": spec.id,
+        "title": spec.title,
+        "mechanism": spec.mechanism,
+        "mechanism_name": MECHANISM_NAMES[spec.mechanism],
+        "epsilon": spec.epsilon,
+        "epsilon_text": epsilon_text(campaign),
+        "status": campaign.status,
+        "n_reports": campaign.n_reports,
+        "last_report_at": iso_utc(last_report),
+        "created_at": iso_utc(campaign.created_at),
+    }
+
+
+def report_series(store: CampaignStore, campaign_id: str) -> dict[str, Any]:
+    """Accepted reports per hour and their running total, oldest first."""
+    hours = store.hourly_counts(campaign_id)
+    points, total = [], 0
+    for start, count in hours:
+        total += count
+        points.append({"start": iso_utc(start), "count": count, "total": total})
+    return {"bucket": "hour", "points": points}
+
+
+def summary(store: CampaignStore, campaign: Campaign) -> dict[str, Any]:
+    """What the campaign page polls: count, status, last report and the time series."""
+    campaign_id = campaign.spec.id
+    last = last_report_times(store, [campaign_id])[campaign_id]
+    return {
+        **campaign_row(campaign, last),
+        "series": report_series(store, campaign_id),
+    }
+
+
+def heatmap_layers(campaign: Campaign, counts: dict[int, int], estimate: dict) -> dict[str, Any]:
+    """Raw report shares and the reconstruction as rows x cols arrays (row 0 is the south).
+
+    ``lat`` gives each row's centre latitude and ``lon`` each column's centre
+    longitude, so the layers can be drawn on the campaign's lat/lon grid.
+    ``zmax`` is the larger maximum of the two layers: the shared colour scale.
+    """
+    grid = campaign.spec.grid
+    rows, cols = grid.rows, grid.cols
+    n = sum(counts.values())
+    raw = [[0.0] * cols for _ in range(rows)]
+    if n:
+        for output, count in counts.items():
+            row, col = divmod(output, cols)
+            raw[row][col] = count / n
+    reconstructed = [[0.0] * cols for _ in range(rows)]
+    for index, row_estimate in enumerate(estimate.get("estimates", [])):
+        row, col = divmod(index, cols)
+        reconstructed[row][col] = row_estimate["frequency"]
+    peak = max((max(line) for line in raw + reconstructed), default=0.0)
+    return {
+        "rows": rows,
+        "cols": cols,
+        "cell_size_m": grid.cell_size_m,
+        "lat": [grid.centre(row * cols)[0] for row in range(rows)],
+        "lon": [grid.centre(col)[1] for col in range(cols)],
+        "raw": raw,
+        "estimate": reconstructed,
+        "zmax": peak,
+    }
+
+
+def estimate_payload(
+    campaign: Campaign, counts: dict[int, int], method: str, confidence: float
+) -> dict[str, Any]:
+    """The estimate API's body, plus the heatmap layers for planar campaigns."""
+    payload = estimates.estimate_response(campaign, counts, method, confidence)
+    payload["method_name"] = METHOD_NAMES.get(method, method)
+    if campaign.spec.mechanism == PLANAR_LAPLACE:
+        payload["heatmap"] = heatmap_layers(campaign, counts, payload)
+    return payload
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith(_FORMULA_PREFIXES):
+        return "'" + value
+    return value
+
+
+def estimate_csv(campaign: Campaign, payload: dict) -> str:
+    """The estimate as CSV: one line per category or grid cell, with its interval.
+
+    Planar campaigns add each cell's row, column and centre. A label that a
+    spreadsheet would run as a formula is written with a leading apostrophe.
+    """
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    planar = campaign.spec.mechanism == PLANAR_LAPLACE
+    header = ["label", "frequency", "ci_low", "ci_high"]
+    if planar:
+        header += ["row", "col", "lat", "lon"]
+        grid = campaign.spec.grid
+    writer.writerow(header)
+    for index, row in enumerate(payload["estimates"]):
+        line = [_cell(row["label"]), repr(row["frequency"]), repr(row["ci_low"])]
+        line.append(repr(row["ci_high"]))
+        if planar:
+            lat, lon = grid.centre(index)
+            line += [*divmod(index, grid.cols), lat, lon]
+        writer.writerow(line)
+    return out.getvalue()

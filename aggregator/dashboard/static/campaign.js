@@ -1,0 +1,391 @@
+/* Campaign page: polls the dashboard's JSON endpoints and draws the charts with plotly.js.
+ *
+ * The summary (report count, last report, time series) is polled every few seconds;
+ * the estimate is fetched again only when the number of reports changed or the
+ * estimator was switched. Data travels with the session cookie; the analyst token
+ * never reaches the page. Text from the server goes into the DOM as text only.
+ */
+(function () {
+  "use strict";
+
+  var root = document.getElementById("main");
+  var cfg = root.dataset;
+  var planar = cfg.mechanism === "planar_laplace";
+  var refreshMs = Math.max(1, Number(cfg.refreshS) || 5) * 1000;
+  var plotConfig = { responsive: true, displaylogo: false, displayModeBar: false };
+  var font = { family: "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", size: 13 };
+  var colorscale = "Viridis";
+
+  var methodSelect = document.getElementById("method");
+  var sortSelect = document.getElementById("sort");
+  var topSelect = document.getElementById("top");
+  var statusLine = document.getElementById("refresh-status");
+
+  var state = { n: null, estimate: null, estimateKey: null, timer: null, stopped: false };
+
+  function SessionEnded() {}
+
+  function ApiError(status, body) {
+    this.status = status;
+    this.message = body && body.error ? body.error.message : "the server answered " + status;
+  }
+
+  function getJSON(url) {
+    return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (response) {
+        if (response.status === 401) {
+          throw new SessionEnded();
+        }
+        return response.json().then(
+          function (body) {
+            if (!response.ok) {
+              throw new ApiError(response.status, body);
+            }
+            return body;
+          },
+          function () {
+            throw new ApiError(response.status, null);
+          }
+        );
+      });
+  }
+
+  function withMethod(url) {
+    return url + "?method=" + encodeURIComponent(methodSelect.value);
+  }
+
+  /* plotly reads a few HTML tags in text; labels are shown literally. */
+  function escapeLabel(text) {
+    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  }
+
+  function percent(x, digits) {
+    return (100 * x).toFixed(digits === undefined ? 1 : digits) + "%";
+  }
+
+  function formatTime(iso) {
+    return iso ? iso.slice(0, 10) + " " + iso.slice(11, 19) + " UTC" : "never";
+  }
+
+  function setText(id, text) {
+    document.getElementById(id).textContent = text;
+  }
+
+  function axis(title, extra) {
+    var base = { title: { text: title }, automargin: true, gridcolor: "#e3e6ea", zeroline: false };
+    return Object.assign(base, extra || {});
+  }
+
+  function baseLayout(extra) {
+    return Object.assign(
+      {
+        font: font,
+        margin: { l: 64, r: 24, t: 16, b: 56 },
+        paper_bgcolor: "rgba(0,0,0,0)",
+        plot_bgcolor: "#ffffff",
+        hoverlabel: { font: font },
+      },
+      extra
+    );
+  }
+
+  /* -- report count over time ---------------------------------------------------------- */
+
+  function renderSeries(series) {
+    var points = series.points;
+    var x = points.map(function (p) { return p.start.replace("Z", ""); });
+    var traces = [
+      {
+        type: "bar",
+        name: "reports per hour",
+        x: x,
+        y: points.map(function (p) { return p.count; }),
+        marker: { color: "#9bbcdd" },
+        hovertemplate: "%{x|%Y-%m-%d %H:00} UTC<br>%{y:,} reports<extra></extra>",
+      },
+      {
+        type: "scatter",
+        mode: "lines+markers",
+        line: { shape: "hv", color: "#1f4e8c", width: 2 },
+        name: "total reports",
+        x: x,
+        y: points.map(function (p) { return p.total; }),
+        yaxis: "y2",
+        hovertemplate: "%{x|%Y-%m-%d %H:00} UTC<br>total %{y:,}<extra></extra>",
+      },
+    ];
+    var layout = baseLayout({
+      xaxis: axis("hour (UTC)", { type: "date" }),
+      yaxis: axis("reports per hour", { rangemode: "tozero", tickformat: ",d" }),
+      yaxis2: axis("total reports", {
+        overlaying: "y", side: "right", rangemode: "tozero", tickformat: ",d", showgrid: false,
+      }),
+      legend: { orientation: "h", x: 0, y: 1.12 },
+      margin: { l: 64, r: 64, t: 24, b: 48 },
+      bargap: 0.2,
+    });
+    Plotly.react("series-chart", traces, layout, plotConfig);
+  }
+
+  function renderSummary(summary) {
+    setText("n-reports", summary.n_reports.toLocaleString("en"));
+    setText("last-report", formatTime(summary.last_report_at));
+    var status = document.getElementById("status");
+    status.textContent = summary.status;
+    status.className = "status status-" + summary.status;
+    renderSeries(summary.series);
+  }
+
+  /* -- estimate: categories ------------------------------------------------------------- */
+
+  function shownRows(estimates) {
+    var rows = estimates.map(function (e, i) { return Object.assign({ index: i }, e); });
+    var top = topSelect.value === "all" ? rows.length : Number(topSelect.value);
+    if (top < rows.length) {
+      rows = rows
+        .slice()
+        .sort(function (a, b) { return b.frequency - a.frequency || a.index - b.index; })
+        .slice(0, top);
+    }
+    var order = sortSelect.value;
+    rows.sort(function (a, b) {
+      if (order === "frequency") { return b.frequency - a.frequency || a.index - b.index; }
+      if (order === "label") { return a.label < b.label ? -1 : a.label > b.label ? 1 : 0; }
+      return a.index - b.index;
+    });
+    return rows;
+  }
+
+  function renderBars(estimate) {
+    var rows = shownRows(estimate.estimates);
+    var level = percent(estimate.confidence, 0);
+    var trace = {
+      type: "bar",
+      name: "estimate",
+      x: rows.map(function (r) { return escapeLabel(r.label); }),
+      y: rows.map(function (r) { return r.frequency; }),
+      customdata: rows.map(function (r) { return [r.ci_low, r.ci_high]; }),
+      marker: { color: "#2f6fb3" },
+      error_y: {
+        type: "data",
+        symmetric: false,
+        array: rows.map(function (r) { return Math.max(0, r.ci_high - r.frequency); }),
+        arrayminus: rows.map(function (r) { return Math.max(0, r.frequency - r.ci_low); }),
+        color: "#1b2b3a",
+        thickness: 1.5,
+        width: 4,
+      },
+      hovertemplate:
+        "<b>%{x}</b><br>estimate %{y:.2%}<br>" + level +
+        " interval %{customdata[0]:.2%} to %{customdata[1]:.2%}<extra></extra>",
+    };
+    var layout = baseLayout({
+      xaxis: axis("category", { type: "category", tickangle: rows.length > 8 ? -45 : 0 }),
+      yaxis: axis("estimated share of reporters", { tickformat: ".0%", zeroline: true }),
+      showlegend: false,
+      bargap: 0.25,
+    });
+    Plotly.react("estimate-chart", [trace], layout, plotConfig);
+    renderTable(rows.map(function (r) { return [r.label, r]; }),
+      (rows.length < estimate.estimates.length ? "Top " + rows.length + " of " + estimate.estimates.length : "All " + rows.length) +
+      " categories, with " + level + " intervals");
+  }
+
+  /* -- estimate: locations -------------------------------------------------------------- */
+
+  function renderHeatmaps(estimate) {
+    var h = estimate.heatmap;
+    var latMid = (h.lat[0] + h.lat[h.lat.length - 1]) / 2;
+    var zmax = h.zmax > 0 ? h.zmax : 1;
+    function heatmap(z, label) {
+      return {
+        type: "heatmap",
+        x: h.lon,
+        y: h.lat,
+        z: z,
+        zmin: 0,
+        zmax: zmax,
+        colorscale: colorscale,
+        colorbar: { title: { text: "share" }, tickformat: ".1%", thickness: 14 },
+        hovertemplate:
+          "lat %{y:.5f}°, lon %{x:.5f}°<br>" + label + " %{z:.2%}<extra></extra>",
+      };
+    }
+    function layout() {
+      return baseLayout({
+        xaxis: axis("longitude (°E)", { tickformat: ".3f", constrain: "domain" }),
+        // Square cells on screen: a degree of longitude is cos(lat) of a degree of latitude.
+        yaxis: axis("latitude (°N)", {
+          tickformat: ".3f",
+          scaleanchor: "x",
+          scaleratio: 1 / Math.cos((latMid * Math.PI) / 180),
+          constrain: "domain",
+        }),
+        margin: { l: 72, r: 16, t: 8, b: 56 },
+      });
+    }
+    Plotly.react("heatmap-raw", [heatmap(h.raw, "share of reports")], layout(), plotConfig);
+    Plotly.react("heatmap-estimate", [heatmap(h.estimate, "estimated share")], layout(), plotConfig);
+    var cells = estimate.estimates
+      .map(function (e, i) { return Object.assign({ index: i }, e); })
+      .sort(function (a, b) { return b.frequency - a.frequency || a.index - b.index; })
+      .slice(0, 10)
+      .map(function (e) {
+        var row = Math.floor(e.index / h.cols);
+        var col = e.index % h.cols;
+        var where = e.label + " (" + h.lat[row].toFixed(5) + ", " + h.lon[col].toFixed(5) + ")";
+        return [where, e];
+      });
+    renderTable(cells, "The " + cells.length + " cells with the largest estimated share, with " +
+      percent(estimate.confidence, 0) + " intervals");
+  }
+
+  /* -- estimate: shared --------------------------------------------------------------- */
+
+  function renderTable(rows, caption) {
+    var body = document.querySelector("#estimate-table tbody");
+    var fragment = document.createDocumentFragment();
+    rows.forEach(function (pair) {
+      var tr = document.createElement("tr");
+      var th = document.createElement("th");
+      th.scope = "row";
+      th.textContent = pair[0];
+      tr.appendChild(th);
+      [pair[1].frequency, pair[1].ci_low, pair[1].ci_high].forEach(function (value) {
+        var td = document.createElement("td");
+        td.className = "num";
+        td.textContent = percent(value, 2);
+        tr.appendChild(td);
+      });
+      fragment.appendChild(tr);
+    });
+    body.replaceChildren(fragment);
+    setText("estimate-caption", caption);
+  }
+
+  function showMessage(text) {
+    var message = document.getElementById("estimate-message");
+    message.textContent = text || "";
+    message.hidden = !text;
+  }
+
+  function renderEstimate(estimate) {
+    setText("estimate-n", estimate.n.toLocaleString("en"));
+    if (estimate.n === 0) {
+      setText("estimate-iterations", "–");
+      setText("estimate-seconds", "–");
+      setText("estimate-intervals", "–");
+      showMessage("No reports yet: the charts appear with the first report.");
+      root.dataset.renderedMethod = estimate.method;
+      root.dataset.renderedN = "0";
+      return;
+    }
+    showMessage(null);
+    var iterations = estimate.n_iter === null || estimate.n_iter === undefined
+      ? "closed form"
+      : estimate.n_iter + (estimate.converged === false ? " (not converged)" : "");
+    setText("estimate-iterations", iterations);
+    setText("estimate-seconds", (estimate.seconds * 1000).toFixed(0) + " ms");
+    setText("estimate-intervals", percent(estimate.confidence, 0) + ", " + estimate.interval_method);
+    if (planar) {
+      renderHeatmaps(estimate);
+    } else {
+      renderBars(estimate);
+    }
+    root.dataset.renderedMethod = estimate.method;
+    root.dataset.renderedN = String(estimate.n);
+  }
+
+  function updateDownloads() {
+    document.getElementById("download-csv").href = withMethod(cfg.csvUrl);
+    document.getElementById("download-json").href = withMethod(cfg.jsonUrl);
+  }
+
+  /* -- polling ------------------------------------------------------------------------- */
+
+  function stamp() {
+    var now = new Date();
+    statusLine.textContent =
+      "Updated " + now.toLocaleTimeString("en-GB") + "; refreshing every " + refreshMs / 1000 + " s.";
+  }
+
+  function fail(error) {
+    if (error instanceof SessionEnded) {
+      state.stopped = true;
+      statusLine.textContent = "";
+      var link = document.createElement("a");
+      link.href = cfg.loginUrl;
+      link.textContent = "Sign in again";
+      statusLine.append("Your session has ended. ", link, " to keep watching.");
+      return;
+    }
+    statusLine.textContent = "Could not refresh: " + (error.message || error) + ". Retrying.";
+  }
+
+  function refreshEstimate() {
+    var key = methodSelect.value + "@" + state.n;
+    if (key === state.estimateKey) {
+      return Promise.resolve();
+    }
+    return getJSON(withMethod(cfg.estimateUrl)).then(
+      function (estimate) {
+        if (estimate.method !== methodSelect.value) {
+          return; // the estimator was switched meanwhile; its own request draws the chart
+        }
+        state.estimate = estimate;
+        state.estimateKey = estimate.method + "@" + estimate.n;
+        renderEstimate(estimate);
+      },
+      function (error) {
+        if (error instanceof ApiError && error.status === 422) {
+          state.estimateKey = key;
+          showMessage(error.message);
+          root.dataset.renderedMethod = methodSelect.value;
+          return;
+        }
+        throw error;
+      }
+    );
+  }
+
+  function refresh() {
+    window.clearTimeout(state.timer);
+    return getJSON(cfg.summaryUrl)
+      .then(function (summary) {
+        state.n = summary.n_reports;
+        renderSummary(summary);
+        return refreshEstimate();
+      })
+      .then(stamp, fail)
+      .then(function () {
+        if (!state.stopped) {
+          state.timer = window.setTimeout(refresh, refreshMs);
+        }
+      });
+  }
+
+  methodSelect.addEventListener("change", function () {
+    updateDownloads();
+    refreshEstimate().catch(fail);
+  });
+  [sortSelect, topSelect].forEach(function (select) {
+    if (select) {
+      select.addEventListener("change", function () {
+        if (state.estimate && state.estimate.n > 0) {
+          renderBars(state.estimate);
+        }
+      });
+    }
+  });
+  document.getElementById("controls").addEventListener("submit", function (event) {
+    event.preventDefault();
+  });
+  document.getElementById("refresh-now").addEventListener("click", function () {
+    if (!state.stopped) {
+      refresh();
+    }
+  });
+
+  updateDownloads();
+  refresh();
+})();

@@ -1,0 +1,210 @@
+"""Dashboard routes under ``/dashboard``: pages, the JSON they poll, downloads, plotly.js.
+
+Pages are rendered on the server; the campaign page's charts are drawn in the
+browser by ``static/campaign.js`` from the JSON endpoints under ``data/``,
+which take the session cookie (never the analyst token). Everything but the
+sign-in page and the static files needs a session. No inline script: the
+Content-Security-Policy allows scripts from this server only.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import flask
+
+from aggregator import estimates
+from aggregator.api import load_campaign
+from aggregator.dashboard import data, sessions
+from aggregator.dashboard.sessions import data_login_required, page_login_required
+from aggregator.db import get_store
+from aggregator.errors import APIError
+from aggregator.estimation import METHODS
+from aggregator.store import Campaign, CampaignNotFound
+from shared.errors import ValidationError
+from shared.spec import PLANAR_LAPLACE
+
+DEFAULT_REFRESH_S = 5
+# plotly's styles are injected at run time, hence 'unsafe-inline' for styles only.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; connect-src 'self'; object-src 'none'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+_CACHEABLE_ENDPOINTS = frozenset({"dashboard.static", "dashboard.plotly_js"})
+
+bp = flask.Blueprint(
+    "dashboard",
+    __name__,
+    url_prefix="/dashboard",
+    template_folder="templates",
+    static_folder="static",
+)
+
+
+@bp.record_once
+def _configure(state: flask.blueprints.BlueprintSetupState) -> None:
+    sessions.configure(state.app)
+    state.app.config.setdefault("DASHBOARD_REFRESH_S", DEFAULT_REFRESH_S)
+
+
+@bp.context_processor
+def _template_helpers() -> dict[str, Any]:
+    return {
+        "csrf_token": sessions.csrf_token,
+        "csrf_field": sessions.CSRF_FIELD,
+        "signed_in": sessions.signed_in,
+    }
+
+
+@bp.after_request
+def _headers(response: flask.Response) -> flask.Response:
+    response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    response.headers["X-Frame-Options"] = "DENY"
+    if flask.request.endpoint not in _CACHEABLE_ENDPOINTS:
+        response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+# -- sign-in -------------------------------------------------------------------------------
+
+
+def _login_page(error: str | None, status: int, next_url: str | None) -> tuple[str, int]:
+    signed_out = flask.request.args.get("signed_out") == "1" and error is None
+    page = flask.render_template(
+        "dashboard/login.html", error=error, next_url=next_url, signed_out=signed_out
+    )
+    return page, status
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login() -> Any:
+    """The sign-in form; a valid analyst token opens a session."""
+    next_url = sessions.safe_next(flask.request.values.get("next"))
+    if flask.request.method == "GET":
+        if sessions.signed_in():
+            return flask.redirect(next_url or flask.url_for("dashboard.campaign_list"))
+        return _login_page(None, 200, next_url)
+    if not sessions.csrf_ok():
+        return _login_page("The form expired. Please try again.", 400, next_url)
+    if not sessions.sign_in(flask.request.form.get("token", "")):
+        return _login_page("That token is not valid.", 401, next_url)
+    return flask.redirect(next_url or flask.url_for("dashboard.campaign_list"), code=303)
+
+
+@bp.post("/logout")
+def logout() -> Any:
+    """End the session (a POST with the CSRF token, so no other site can sign you out)."""
+    if not sessions.csrf_ok():
+        page = flask.render_template(
+            "dashboard/message.html",
+            title="Not signed out",
+            message="The form expired. Reload the page and sign out again.",
+        )
+        return page, 400
+    sessions.sign_out()
+    return flask.redirect(flask.url_for("dashboard.login", signed_out=1), code=303)
+
+
+# -- pages ---------------------------------------------------------------------------------
+
+
+@bp.get("/")
+@page_login_required
+def campaign_list() -> str:
+    store = get_store()
+    campaigns = store.list_campaigns()
+    last = data.last_report_times(store, [c.spec.id for c in campaigns])
+    rows = [data.campaign_row(c, last[c.spec.id]) for c in campaigns]
+    return flask.render_template("dashboard/campaigns.html", campaigns=rows)
+
+
+def _page_campaign(campaign_id: str) -> Campaign | None:
+    try:
+        return load_campaign(campaign_id)
+    except (APIError, CampaignNotFound):
+        return None
+
+
+@bp.get("/campaigns/<campaign_id>")
+@page_login_required
+def campaign_page(campaign_id: str) -> Any:
+    campaign = _page_campaign(campaign_id)
+    if campaign is None:
+        page = flask.render_template(
+            "dashboard/message.html",
+            title="No such campaign",
+            message=f"There is no campaign {campaign_id!r}.",
+        )
+        return page, 404
+    spec = campaign.spec
+    store = get_store()
+    last = data.last_report_times(store, [spec.id])[spec.id]
+    planar = spec.mechanism == PLANAR_LAPLACE
+    return flask.render_template(
+        "dashboard/campaign.html",
+        campaign=data.campaign_row(campaign, last),
+        planar=planar,
+        grid=spec.grid if planar else None,
+        domain_size=None if planar else len(spec.domain or ()),
+        methods=[(m, data.METHOD_NAMES[m]) for m in METHODS],
+        default_method=estimates.DEFAULT_METHOD,
+        refresh_s=flask.current_app.config["DASHBOARD_REFRESH_S"],
+    )
+
+
+# -- data for the pages --------------------------------------------------------------------
+
+
+def _estimate_args() -> tuple[str, float]:
+    unknown = sorted(set(flask.request.args) - {"method", "confidence"})
+    if unknown:
+        raise ValidationError(
+            f"unknown parameter {unknown[0]!r}", field=unknown[0], code="invalid_parameter"
+        )
+    method = estimates.parse_method(flask.request.args.get("method", estimates.DEFAULT_METHOD))
+    return method, estimates.parse_confidence(flask.request.args.get("confidence"))
+
+
+@bp.get("/data/campaigns/<campaign_id>/summary")
+@data_login_required
+def campaign_summary(campaign_id: str) -> flask.Response:
+    campaign = load_campaign(campaign_id)
+    return flask.jsonify(data.summary(get_store(), campaign))
+
+
+@bp.get("/data/campaigns/<campaign_id>/estimate")
+@data_login_required
+def campaign_estimate(campaign_id: str) -> flask.Response:
+    method, confidence = _estimate_args()
+    campaign = load_campaign(campaign_id)
+    counts = get_store().counts(campaign_id)
+    return flask.jsonify(data.estimate_payload(campaign, counts, method, confidence))
+
+
+@bp.get("/data/campaigns/<campaign_id>/estimate.<any(csv, json):fmt>")
+@data_login_required
+def download_estimate(campaign_id: str, fmt: str) -> flask.Response:
+    """The estimate as a file: CSV (one line per category or cell) or the API's JSON."""
+    method, confidence = _estimate_args()
+    campaign = load_campaign(campaign_id)
+    counts = get_store().counts(campaign_id)
+    body = estimates.estimate_response(campaign, counts, method, confidence)
+    if fmt == "csv":
+        response = flask.Response(data.estimate_csv(campaign, body), mimetype="text/csv")
+    else:
+        response = flask.jsonify(body)
+    filename = f"{campaign_id}-estimate-{method}.{fmt}"
+    response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@bp.get("/vendor/plotly.min.js")
+def plotly_js() -> flask.Response:
+    """plotly.js as shipped inside the installed ``plotly`` package (no CDN)."""
+    bundle = resources.files("plotly") / "package_data" / "plotly.min.js"
+    with resources.as_file(bundle) as path:
+        return flask.send_file(path, mimetype="text/javascript", max_age=24 * 3600)
