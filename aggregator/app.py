@@ -16,7 +16,7 @@ import flask
 from flask_limiter import Limiter
 from flask_limiter.util import get_remote_address
 
-from aggregator import api, openapi
+from aggregator import api, dashboard, openapi
 from aggregator.db import EXTENSION, StoreHandle
 from aggregator.errors import register_error_handlers
 from aggregator.redis_server import DEFAULT_DATA_DIR
@@ -61,6 +61,7 @@ def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
     register_error_handlers(app)
     app.register_blueprint(api.bp)
     app.register_blueprint(openapi.bp)
+    app.register_blueprint(dashboard.bp)
 
     limiter = Limiter(get_remote_address, key_prefix="ldp:ratelimit")
     limiter.init_app(app)
