@@ -167,7 +167,10 @@ class KRR(Mechanism):
 
     @property
     def realized_epsilon(self) -> float:
-        return math.log(self.keep_weight / self.unit_weight)
+        # ln(keep / unit) is below epsilon exactly; a float log of the rounded ratio could
+        # land above it, so take log1p of the exact excess and cap the last-ulp rounding.
+        excess = (self.keep_weight - self.unit_weight) / self.unit_weight
+        return min(self.epsilon, math.log1p(excess))
 
     def encode(self, value: Any) -> int:
         if not isinstance(value, str):
