@@ -141,3 +141,16 @@ def log_ratio_audit(
         tolerance=float(z * se[worst]),
         n_checked=int(usable.sum()),
     )
+
+
+def small_grid(rows: int, cols: int, cell_size_m: float, lat0: float = 45.0, lon0: float = 7.0):
+    """A report grid of exactly ``rows x cols`` cells (the region is half a cell short of it)."""
+    from shared.geo import EARTH_RADIUS_M, Grid, Region
+
+    per_deg_lat = EARTH_RADIUS_M * math.pi / 180
+    lat_span = (rows - 0.5) * cell_size_m / per_deg_lat
+    per_deg_lon = per_deg_lat * math.cos(math.radians(lat0 + lat_span / 2))
+    lon_span = (cols - 0.5) * cell_size_m / per_deg_lon
+    grid = Grid(Region(lat0, lat0 + lat_span, lon0, lon0 + lon_span), cell_size_m)
+    assert (grid.rows, grid.cols) == (rows, cols)
+    return grid
