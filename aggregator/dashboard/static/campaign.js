@@ -91,40 +91,59 @@
 
   /* -- report count over time ---------------------------------------------------------- */
 
-  function renderSeries(series) {
-    var points = series.points;
-    var x = points.map(function (p) { return p.start.replace("Z", ""); });
-    var traces = [
-      {
-        type: "bar",
-        name: "reports per hour",
-        x: x,
-        y: points.map(function (p) { return p.count; }),
-        marker: { color: "#9bbcdd" },
-        hovertemplate: "%{x|%Y-%m-%d %H:00} UTC<br>%{y:,} reports<extra></extra>",
-      },
-      {
-        type: "scatter",
-        mode: "lines+markers",
-        line: { shape: "hv", color: "#1f4e8c", width: 2 },
-        name: "total reports",
-        x: x,
-        y: points.map(function (p) { return p.total; }),
-        yaxis: "y2",
-        hovertemplate: "%{x|%Y-%m-%d %H:00} UTC<br>total %{y:,}<extra></extra>",
-      },
-    ];
-    var layout = baseLayout({
-      xaxis: axis("hour (UTC)", { type: "date" }),
-      yaxis: axis("reports per hour", { rangemode: "tozero", tickformat: ",d" }),
-      yaxis2: axis("total reports", {
-        overlaying: "y", side: "right", rangemode: "tozero", tickformat: ",d", showgrid: false,
-      }),
-      legend: { orientation: "h", x: 0, y: 1.12 },
-      margin: { l: 64, r: 64, t: 24, b: 48 },
-      bargap: 0.2,
+  /* The running total, rising through each hour's reports (linear within an hour, flat
+   * across hours without reports) and ending at the last report. */
+  function seriesCurve(series, lastReportAt) {
+    var hour = 3600 * 1000;
+    var last = lastReportAt ? Date.parse(lastReportAt) : null;
+    var x = [];
+    var y = [];
+    var total = 0;
+    series.points.forEach(function (p) {
+      var start = Date.parse(p.start);
+      var end = last !== null && last < start + hour ? Math.max(start, last) : start + hour;
+      if (!x.length || start > x[x.length - 1]) {
+        x.push(start);
+        y.push(total);
+      }
+      x.push(end);
+      y.push(p.total);
+      total = p.total;
     });
-    Plotly.react("series-chart", traces, layout, plotConfig);
+    return {
+      x: x.map(function (ms) { return new Date(ms).toISOString().slice(0, 19).replace("T", " "); }),
+      y: y,
+    };
+  }
+
+  function renderSeries(series, lastReportAt) {
+    var curve = seriesCurve(series, lastReportAt);
+    var trace = {
+      type: "scatter",
+      mode: "lines",
+      name: "reports received",
+      x: curve.x,
+      y: curve.y,
+      fill: "tozeroy",
+      fillcolor: "rgba(47, 111, 179, 0.18)",
+      line: { color: "#1f5fa8", width: 2.5 },
+      hovertemplate: "%{x|%Y-%m-%d %H:%M} UTC<br>%{y:,} reports in total<extra></extra>",
+    };
+    var layout = baseLayout({
+      xaxis: axis("time (UTC)", { type: "date", tickformat: "%H:%M\n%b %d" }),
+      yaxis: axis("reports received", { rangemode: "tozero", tickformat: ",d" }),
+      showlegend: false,
+      margin: { l: 72, r: 24, t: 12, b: 56 },
+    });
+    if (!curve.x.length) {
+      layout.annotations = [{
+        text: "No reports yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5,
+        font: { size: 15, color: "#5b6b7a" },
+      }];
+      layout.xaxis.showticklabels = false;
+      layout.yaxis.range = [0, 1];
+    }
+    Plotly.react("series-chart", [trace], layout, plotConfig);
   }
 
   function renderSummary(summary) {
@@ -133,7 +152,7 @@
     var status = document.getElementById("status");
     status.textContent = summary.status;
     status.className = "status status-" + summary.status;
-    renderSeries(summary.series);
+    renderSeries(summary.series, summary.last_report_at);
   }
 
   /* -- estimate: categories ------------------------------------------------------------- */

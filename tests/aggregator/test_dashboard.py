@@ -1,0 +1,347 @@
+"""Dashboard routes through Flask's test client, on a real Redis: sign-in, access, data."""
+
+from __future__ import annotations
+
+import calendar
+import csv
+import io
+import random
+import re
+import time
+import uuid
+
+import pytest
+from aggregator_testdata import ADMIN_TOKEN, ANALYST_TOKEN, KRR_SPEC, PLANAR_SPEC
+
+from aggregator.app import create_app
+from aggregator.estimation import METHODS
+from shared.mechanisms import Mechanism
+from shared.spec import CampaignSpec
+
+LOGIN = "/dashboard/login"
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+SIGNED_IN_PAGES = ["/dashboard/", "/dashboard/campaigns/fruit"]
+DATA_URLS = [
+    "/dashboard/data/campaigns/fruit/summary",
+    "/dashboard/data/campaigns/fruit/estimate",
+    "/dashboard/data/campaigns/fruit/estimate.csv",
+    "/dashboard/data/campaigns/fruit/estimate.json",
+]
+
+
+def post_reports(client, spec: dict, values: list, seed: int) -> None:
+    """Perturb ``values`` as devices would and post them through the API."""
+    mechanism = Mechanism.from_spec(CampaignSpec.from_dict(spec))
+    rng = random.Random(seed)
+    reports = [
+        {"report_id": str(uuid.UUID(int=rng.getrandbits(128))), "value": mechanism.perturb(v, rng)}
+        for v in values
+    ]
+    response = client.post(f"/api/v1/campaigns/{spec['id']}/reports", json={"reports": reports})
+    assert response.get_json()["accepted"] == len(values)
+
+
+def csrf_of(client) -> str:
+    return CSRF.search(client.get(LOGIN).get_data(as_text=True)).group(1)
+
+
+def sign_in(client, token: str = ANALYST_TOKEN, **extra):
+    return client.post(LOGIN, data={"csrf_token": csrf_of(client), "token": token, **extra})
+
+
+def session_cookie(client) -> str:
+    cookie = client.get_cookie("ldp_session")
+    assert cookie is not None
+    return cookie.value
+
+
+@pytest.fixture
+def fruit_reports(client, krr_campaign):
+    rng = random.Random(11)
+    values = rng.choices(KRR_SPEC["domain"], weights=[5, 3, 1, 1], k=400)
+    post_reports(client, KRR_SPEC, values, seed=12)
+    return values
+
+
+@pytest.fixture
+def signed_in(client):
+    assert sign_in(client).status_code == 303
+    return client
+
+
+# -- sign-in, sessions, CSRF -----------------------------------------------------------------
+
+
+def test_sign_in_opens_a_lax_httponly_session(client, krr_campaign):
+    response = sign_in(client)
+    assert response.status_code == 303
+    assert response.headers["Location"] == "/dashboard/"
+    cookie = response.headers["Set-Cookie"]
+    assert cookie.startswith("ldp_session=")
+    assert "HttpOnly" in cookie
+    assert "SameSite=Lax" in cookie
+    page = client.get("/dashboard/")
+    assert page.status_code == 200
+    assert "Favourite fruit" in page.get_data(as_text=True)
+    # The token never reaches a page.
+    assert ANALYST_TOKEN not in page.get_data(as_text=True)
+
+
+def test_the_admin_token_also_signs_in(client, krr_campaign):
+    assert sign_in(client, ADMIN_TOKEN).status_code == 303
+    assert client.get("/dashboard/").status_code == 200
+
+
+def test_a_wrong_token_is_refused(client, krr_campaign):
+    response = sign_in(client, "not-the-token")
+    assert response.status_code == 401
+    assert "That token is not valid." in response.get_data(as_text=True)
+    assert client.get("/dashboard/").status_code == 302
+
+
+def test_sign_in_needs_the_csrf_token(client, krr_campaign):
+    client.get(LOGIN)
+    response = client.post(LOGIN, data={"csrf_token": "forged", "token": ANALYST_TOKEN})
+    assert response.status_code == 400
+    response = client.post(LOGIN, data={"token": ANALYST_TOKEN})
+    assert response.status_code == 400
+    assert client.get("/dashboard/").status_code == 302
+
+
+@pytest.mark.parametrize("url", SIGNED_IN_PAGES)
+def test_pages_redirect_to_sign_in_when_signed_out(client, krr_campaign, url):
+    response = client.get(url)
+    assert response.status_code == 302
+    assert response.headers["Location"].startswith(LOGIN + "?next=")
+    assert "Favourite fruit" not in response.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("url", DATA_URLS)
+def test_data_is_refused_when_signed_out(client, fruit_reports, url):
+    response = client.get(url)
+    assert response.status_code == 401
+    assert response.get_json()["error"]["code"] == "unauthorized"
+
+
+@pytest.mark.parametrize("url", DATA_URLS)
+def test_a_bearer_token_does_not_open_the_dashboard(client, fruit_reports, analyst, url):
+    assert client.get(url, headers=analyst).status_code == 401
+
+
+def test_sign_in_returns_to_the_page_asked_for(client, krr_campaign):
+    target = client.get("/dashboard/campaigns/fruit").headers["Location"]
+    assert target == "/dashboard/login?next=/dashboard/campaigns/fruit"
+    response = sign_in(client, next="/dashboard/campaigns/fruit")
+    assert response.headers["Location"] == "/dashboard/campaigns/fruit"
+
+
+@pytest.mark.parametrize(
+    "next_url",
+    ["https://evil.example/", "//evil.example/dashboard/", "/api/v1/campaigns", "/\\evil.example"],
+)
+def test_sign_in_never_redirects_off_the_dashboard(client, krr_campaign, next_url):
+    response = sign_in(client, next=next_url)
+    assert response.headers["Location"] == "/dashboard/"
+
+
+def test_logout_ends_the_session_even_for_a_copied_cookie(signed_in):
+    copied = session_cookie(signed_in)
+    page = signed_in.get("/dashboard/").get_data(as_text=True)
+    response = signed_in.post("/dashboard/logout", data={"csrf_token": CSRF.search(page).group(1)})
+    assert response.status_code == 303
+    assert response.headers["Location"] == "/dashboard/login?signed_out=1"
+    assert signed_in.get("/dashboard/").status_code == 302
+    signed_in.set_cookie("ldp_session", copied)
+    assert signed_in.get("/dashboard/").status_code == 302
+    assert signed_in.get(DATA_URLS[0]).status_code == 401
+
+
+def test_logout_needs_the_csrf_token(signed_in):
+    assert signed_in.post("/dashboard/logout", data={"csrf_token": "forged"}).status_code == 400
+    assert signed_in.get("/dashboard/logout").status_code == 405
+    assert signed_in.get("/dashboard/").status_code == 200
+
+
+def test_sessions_work_across_workers_without_a_configured_key(config, signed_in):
+    """Two app instances (two gunicorn workers) derive the same cookie key from the tokens."""
+    other = create_app(config).test_client()
+    other.set_cookie("ldp_session", session_cookie(signed_in))
+    assert other.get("/dashboard/").status_code == 200
+
+
+def test_a_new_analyst_token_ends_old_sessions(config, signed_in):
+    cookie = session_cookie(signed_in)
+    # The operator keeps the cookie key but rotates the token.
+    key = signed_in.application.config["SECRET_KEY"]
+    rotated = create_app({**config, "ANALYST_TOKEN": "rotated", "SECRET_KEY": key}).test_client()
+    rotated.set_cookie("ldp_session", cookie)
+    assert rotated.get("/dashboard/").status_code == 302
+
+
+def test_a_configured_secret_key_is_kept(config):
+    app = create_app({**config, "SECRET_KEY": "operator-chosen"})
+    assert app.config["SECRET_KEY"] == "operator-chosen"
+    assert app.config["SESSION_COOKIE_SAMESITE"] == "Lax"
+
+
+def test_pages_carry_a_strict_content_security_policy(signed_in, krr_campaign):
+    response = signed_in.get("/dashboard/campaigns/fruit")
+    policy = response.headers["Content-Security-Policy"]
+    assert "script-src 'self';" in policy
+    assert "frame-ancestors 'none'" in policy
+    assert response.headers["Cache-Control"] == "no-store"
+    assert "<script>" not in response.get_data(as_text=True)  # no inline script
+
+
+# -- pages -----------------------------------------------------------------------------------
+
+
+def test_campaign_list_shows_each_campaign(signed_in, fruit_reports, planar_campaign):
+    page = signed_in.get("/dashboard/").get_data(as_text=True)
+    fruit = page[page.index('data-campaign="fruit"') :]
+    fruit = fruit[: fruit.index("</tr>")]
+    for text in ("Favourite fruit", "k-ary randomized response", ">1.5<", "open", ">400<", "UTC"):
+        assert text in fruit
+    where = page[page.index('data-campaign="where"') :]
+    where = where[: where.index("</tr>")]
+    for text in ("Where are you", "Planar Laplace", "0.01 per m", ">0<", "never"):
+        assert text in where
+
+
+def test_titles_and_labels_are_escaped(signed_in, admin):
+    spec = {**KRR_SPEC, "id": "xss", "title": "<script>alert(1)</script>"}
+    assert signed_in.post("/api/v1/campaigns", json=spec, headers=admin).status_code == 201
+    for url in ("/dashboard/", "/dashboard/campaigns/xss"):
+        page = signed_in.get(url).get_data(as_text=True)
+        assert "<script>alert(1)" not in page
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_unknown_campaign_page_is_a_404(signed_in):
+    response = signed_in.get("/dashboard/campaigns/nope")
+    assert response.status_code == 404
+    assert "There is no campaign" in response.get_data(as_text=True)
+    assert signed_in.get("/dashboard/data/campaigns/nope/summary").status_code == 404
+
+
+def test_plotly_is_served_locally_without_sign_in(client):
+    response = client.get("/dashboard/vendor/plotly.min.js")
+    assert response.status_code == 200
+    assert response.mimetype == "text/javascript"
+    assert b"plotly.js" in response.data[:2000]
+    assert "max-age" in response.headers["Cache-Control"]
+
+
+# -- data ------------------------------------------------------------------------------------
+
+
+def test_summary_counts_and_times(signed_in, fruit_reports):
+    before = time.time()
+    body = signed_in.get(DATA_URLS[0]).get_json()
+    assert body["n_reports"] == len(fruit_reports)
+    assert body["series"]["points"][-1]["total"] == len(fruit_reports)
+    assert sum(p["count"] for p in body["series"]["points"]) == len(fruit_reports)
+    assert body["last_report_at"].endswith("Z")
+    stamp = calendar.timegm(time.strptime(body["last_report_at"], "%Y-%m-%dT%H:%M:%SZ"))
+    assert before - 120 < stamp <= time.time()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_estimate_is_the_api_estimate(signed_in, fruit_reports, analyst, method):
+    ours = signed_in.get(f"/dashboard/data/campaigns/fruit/estimate?method={method}").get_json()
+    api = signed_in.get(f"/api/v1/campaigns/fruit/estimate?method={method}", headers=analyst)
+    api = api.get_json()
+    assert ours["method"] == method
+    assert ours["n"] == len(fruit_reports)
+    strip = ("seconds",)
+    assert {k: v for k, v in ours.items() if k not in (*strip, "method_name")} == {
+        k: v for k, v in api.items() if k not in strip
+    }
+
+
+def test_bad_estimate_parameters_are_refused(signed_in, fruit_reports):
+    base = "/dashboard/data/campaigns/fruit/estimate"
+    for query, field in (("?method=median", "method"), ("?colour=red", "colour")):
+        response = signed_in.get(base + query)
+        assert response.status_code == 422
+        assert response.get_json()["error"]["field"] == field
+
+
+def test_planar_heatmap_layers(signed_in, planar_campaign, analyst):
+    spec = CampaignSpec.from_dict(PLANAR_SPEC)
+    grid = spec.grid
+    rng = random.Random(3)
+    region = spec.region
+    values = [
+        {
+            "lat": rng.uniform(region.lat_min, region.lat_max),
+            "lon": rng.uniform(region.lon_min, region.lon_max),
+        }
+        for _ in range(300)
+    ]
+    post_reports(signed_in, PLANAR_SPEC, values, seed=4)
+    body = signed_in.get("/dashboard/data/campaigns/where/estimate").get_json()
+    layers = body["heatmap"]
+    assert (layers["rows"], layers["cols"]) == (grid.rows, grid.cols)
+    counts = signed_in.get("/api/v1/campaigns/where/counts", headers=analyst).get_json()
+    for row in range(grid.rows):
+        assert layers["lat"][row] == pytest.approx(grid.centre(row * grid.cols)[0])
+        for col in range(grid.cols):
+            index = row * grid.cols + col
+            assert counts["counts"][index]["label"] == f"r{row}c{col}"
+            assert layers["raw"][row][col] == pytest.approx(counts["counts"][index]["count"] / 300)
+            assert layers["estimate"][row][col] == body["estimates"][index]["frequency"]
+    assert layers["lon"] == pytest.approx([grid.centre(col)[1] for col in range(grid.cols)])
+    peak = max(max(line) for line in layers["raw"] + layers["estimate"])
+    assert layers["zmax"] == peak
+
+
+def test_csv_download_matches_the_estimate(signed_in, fruit_reports):
+    response = signed_in.get("/dashboard/data/campaigns/fruit/estimate.csv?method=inversion")
+    assert response.status_code == 200
+    assert response.mimetype == "text/csv"
+    assert 'filename="fruit-estimate-inversion.csv"' in response.headers["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(response.get_data(as_text=True))))
+    estimate = signed_in.get("/dashboard/data/campaigns/fruit/estimate?method=inversion")
+    expected = estimate.get_json()["estimates"]
+    assert [row["label"] for row in rows] == KRR_SPEC["domain"]
+    for row, want in zip(rows, expected, strict=True):
+        for key in ("frequency", "ci_low", "ci_high"):
+            assert float(row[key]) == want[key]
+
+
+def test_json_download_is_the_api_body(signed_in, fruit_reports, analyst):
+    response = signed_in.get("/dashboard/data/campaigns/fruit/estimate.json?method=clip")
+    assert 'filename="fruit-estimate-clip.json"' in response.headers["Content-Disposition"]
+    api = signed_in.get("/api/v1/campaigns/fruit/estimate?method=clip", headers=analyst)
+    ours, theirs = response.get_json(), api.get_json()
+    ours.pop("seconds")
+    theirs.pop("seconds")
+    assert ours == theirs
+
+
+def test_csv_defuses_spreadsheet_formulas(signed_in, admin):
+    spec = {**KRR_SPEC, "id": "formula", "domain": ["=1+1", "@cmd", "plain", "-5"]}
+    assert signed_in.post("/api/v1/campaigns", json=spec, headers=admin).status_code == 201
+    post_reports(signed_in, spec, ["plain"] * 20, seed=5)
+    text = signed_in.get("/dashboard/data/campaigns/formula/estimate.csv").get_data(as_text=True)
+    labels = [row["label"] for row in csv.DictReader(io.StringIO(text))]
+    assert labels == ["'=1+1", "'@cmd", "plain", "'-5"]
+
+
+def test_planar_csv_gives_cells_and_centres(signed_in, planar_campaign):
+    spec = CampaignSpec.from_dict(PLANAR_SPEC)
+    centre = spec.grid.centre(0)
+    post_reports(signed_in, PLANAR_SPEC, [{"lat": centre[0], "lon": centre[1]}] * 30, seed=6)
+    text = signed_in.get("/dashboard/data/campaigns/where/estimate.csv").get_data(as_text=True)
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == spec.grid.n_cells
+    last = rows[-1]
+    row, col = divmod(spec.grid.n_cells - 1, spec.grid.cols)
+    assert (last["label"], int(last["row"]), int(last["col"])) == (f"r{row}c{col}", row, col)
+    assert (float(last["lat"]), float(last["lon"])) == spec.grid.centre(spec.grid.n_cells - 1)
+
+
+def test_empty_campaign_estimate(signed_in, krr_campaign):
+    body = signed_in.get("/dashboard/data/campaigns/fruit/estimate").get_json()
+    assert (body["n"], body["estimates"]) == (0, [])
