@@ -61,9 +61,9 @@ class MethodRun:
 class ResultRow:
     """The accuracy of one method for one (mechanism, epsilon, n), averaged over repeats.
 
-    ``scores`` holds the mean of each metric over the repeats (``None`` if it
-    was undefined in any of them); ``tv_sd`` is the standard deviation of the
-    total variation over the repeats (0 with one repeat).
+    ``scores`` holds the mean of each metric over the repeats and
+    ``scores_sd`` its standard deviation (0 with one repeat); a metric that
+    was undefined in any repeat is ``None`` in both.
     """
 
     mechanism: str
@@ -72,7 +72,7 @@ class ResultRow:
     method: str
     repeats: int
     scores: Scores
-    tv_sd: float
+    scores_sd: Scores
     seconds: float
     n_iter: float | None
 
@@ -84,7 +84,7 @@ class ResultRow:
             "method": self.method,
             "repeats": self.repeats,
             **self.scores.to_dict(),
-            "tv_sd": self.tv_sd,
+            **{f"{name}_sd": value for name, value in self.scores_sd.to_dict().items()},
             "seconds": self.seconds,
             "n_iter": self.n_iter,
         }
@@ -218,12 +218,15 @@ def estimate_methods(
     return runs
 
 
-def _mean_scores(trials: list[Scores]) -> Scores:
-    values = {}
+def _summarise(trials: list[Scores]) -> tuple[Scores, Scores]:
+    """Mean and standard deviation of each metric over the repeats."""
+    means, sds = {}, {}
     for name in _SCORE_FIELDS:
         column = [getattr(s, name) for s in trials]
-        values[name] = None if any(v is None for v in column) else float(np.mean(column))
-    return Scores(**values)
+        defined = all(v is not None for v in column)
+        means[name] = float(np.mean(column)) if defined else None
+        sds[name] = float(np.std(column)) if defined else None
+    return Scores(**means), Scores(**sds)
 
 
 def simulate(
@@ -304,7 +307,7 @@ def simulate(
                 for method in methods:
                     if not trials[method]:
                         continue
-                    tvs = [s.tv for s in trials[method]]
+                    means, sds = _summarise(trials[method])
                     iters = iterations[method]
                     result.rows.append(
                         ResultRow(
@@ -313,8 +316,8 @@ def simulate(
                             n=n_users,
                             method=method,
                             repeats=len(trials[method]),
-                            scores=_mean_scores(trials[method]),
-                            tv_sd=float(np.std(tvs)),
+                            scores=means,
+                            scores_sd=sds,
                             seconds=float(np.mean(seconds[method])),
                             n_iter=None if None in iters else float(np.mean(iters)),
                         )
