@@ -334,3 +334,7 @@ def forget(obj: _Context, campaign: str, yes: bool, as_json: bool) -> None:
 def main(argv: list[str] | None = None) -> None:
     """The ``ldp-client`` console script."""
     cli.main(args=argv, prog_name="ldp-client")
+
+
+if __name__ == "__main__":
+    main()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import email.utils
 import json
 import math
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,7 @@ DEFAULT_TIMEOUT = (3.05, 10.0)
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 MAX_RETRY_AFTER_S = 24 * 3600.0
 _MESSAGE_CHARS = 300
+_ERRNO_MESSAGE = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
 
 
 def normalize_server_url(url: str) -> str:
@@ -79,6 +81,14 @@ def _clean(text: Any) -> str:
     text = str(text)
     text = "".join(ch if ch.isprintable() else "?" for ch in text)
     return text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS] + "..."
+
+
+def _reason(exc: Exception) -> str:
+    """A short cause for a connection failure: the OS message if there is one."""
+    found = _ERRNO_MESSAGE.search(str(exc))
+    if found:
+        return _clean(found.group(1)).lower()
+    return type(exc).__name__
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
@@ -220,7 +230,7 @@ class AggregatorAPI:
             raise ServerUnavailable(f"the server did not answer in time ({url})") from exc
         except requests.RequestException as exc:
             raise ServerUnavailable(
-                f"cannot reach the server at {self.server}: {_clean(exc)}"
+                f"cannot reach the server at {self.server} ({_reason(exc)})"
             ) from exc
         try:
             body = json.loads(raw, parse_constant=_reject_constant) if raw else None
