@@ -1,0 +1,226 @@
+"""``ldp-aggregator serve`` as a real process: gunicorn workers, embedded Redis, HTTP clients.
+
+Clients that retry with their original report ids must see every report
+counted exactly once, even when a worker is killed mid-stream or the whole
+server restarts on the same data directory.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+ADMIN = {"Authorization": "Bearer e2e-admin"}
+ANALYST = {"Authorization": "Bearer e2e-analyst"}
+SPEC = {
+    "id": "e2e",
+    "title": "End to end",
+    "mechanism": "krr",
+    "epsilon": 2.0,
+    "domain": ["red", "green", "blue"],
+}
+TIMEOUT = 10
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/api/v1"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "LDP_ADMIN_TOKEN": "e2e-admin",
+            "LDP_ANALYST_TOKEN": "e2e-analyst",
+            "LDP_DATA_DIR": str(self.data_dir),
+        }
+        env.pop("LDP_REDIS_URL", None)
+        self.log = open(self.data_dir.parent / "server.log", "ab")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "aggregator.cli",
+                "serve",
+                "--port",
+                str(self.port),
+                "--workers",
+                "2",
+            ],
+            cwd=self.data_dir.parent,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, (self.data_dir.parent / "server.log").read_text()
+            try:
+                healthy = requests.get(f"{self.url}/health", timeout=1).status_code == 200
+            except requests.ConnectionError:
+                healthy = False
+            if healthy and len(self.workers()) == 2:
+                return
+            time.sleep(0.1)
+        raise AssertionError("the server did not come up")
+
+    def workers(self) -> list[int]:
+        """The gunicorn workers (the master's other child is the embedded redis-server)."""
+        pid = self.process.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return [
+            int(child)
+            for child in children
+            if b"redis-server" not in Path(f"/proc/{child}/cmdline").read_bytes()
+        ]
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=30)
+        self.log.close()
+
+
+@pytest.fixture
+def server(tmp_path):
+    srv = Server(tmp_path / "data")
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def send_with_retries(url: str, batches: list[list[dict]], accepted: list[int]) -> None:
+    """A client: each batch is retried with the same ids until the server acknowledges it."""
+    session = requests.Session()
+    for batch in batches:
+        for _attempt in range(50):
+            try:
+                response = session.post(url, json={"reports": batch}, timeout=TIMEOUT)
+            except requests.ConnectionError:
+                time.sleep(0.05)
+                continue
+            if response.status_code == 200:
+                accepted.append(response.json()["accepted"])
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(
+                f"batch never acknowledged: {response.status_code} {response.text}"
+            )
+
+
+def make_batches(n_clients: int, n_batches: int, size: int) -> list[list[list[dict]]]:
+    labels = SPEC["domain"]
+    return [
+        [
+            [
+                {"report_id": str(uuid.uuid4()), "value": labels[(c + b + i) % 3]}
+                for i in range(size)
+            ]
+            for b in range(n_batches)
+        ]
+        for c in range(n_clients)
+    ]
+
+
+def run_clients(server: Server, per_client: list[list[list[dict]]], during=None) -> int:
+    url = f"{server.url}/campaigns/e2e/reports"
+    accepted: list[int] = []
+    threads = [
+        threading.Thread(target=send_with_retries, args=(url, batches, accepted))
+        for batches in per_client
+    ]
+    for thread in threads:
+        thread.start()
+    if during is not None:
+        during()
+    for thread in threads:
+        thread.join(timeout=120)
+    return sum(accepted)
+
+
+def counts(server: Server) -> dict[str, int]:
+    body = requests.get(
+        f"{server.url}/campaigns/e2e/counts", headers=ANALYST, timeout=TIMEOUT
+    ).json()
+    return {row["label"]: row["count"] for row in body["counts"]}
+
+
+def expected_counts(per_client) -> dict[str, int]:
+    out = dict.fromkeys(SPEC["domain"], 0)
+    for batches in per_client:
+        for batch in batches:
+            for report in batch:
+                out[report["value"]] += 1
+    return out
+
+
+def test_concurrent_clients_with_retries_are_counted_once(server):
+    created = requests.post(f"{server.url}/campaigns", json=SPEC, headers=ADMIN, timeout=TIMEOUT)
+    assert created.status_code == 201
+    per_client = make_batches(n_clients=6, n_batches=5, size=40)
+    assert run_clients(server, per_client) == 6 * 5 * 40
+    # Every client sends everything again, as after a lost acknowledgement.
+    assert run_clients(server, per_client) == 0
+    assert counts(server) == expected_counts(per_client)
+    estimate = requests.get(
+        f"{server.url}/campaigns/e2e/estimate?method=inversion", headers=ANALYST, timeout=TIMEOUT
+    ).json()
+    assert estimate["n"] == 1200
+    assert [row["label"] for row in estimate["estimates"]] == SPEC["domain"]
+
+
+def test_a_killed_worker_loses_no_acknowledged_report(server):
+    requests.post(f"{server.url}/campaigns", json=SPEC, headers=ADMIN, timeout=TIMEOUT)
+    per_client = make_batches(n_clients=4, n_batches=30, size=20)
+    victims = server.workers()
+    assert len(victims) == 2
+
+    def kill_a_worker():
+        time.sleep(0.3)
+        os.kill(victims[0], signal.SIGKILL)
+
+    run_clients(server, per_client, during=kill_a_worker)
+    assert victims[0] not in server.workers()
+    assert counts(server) == expected_counts(per_client)
+
+
+def test_reports_survive_a_server_restart(server):
+    requests.post(f"{server.url}/campaigns", json=SPEC, headers=ADMIN, timeout=TIMEOUT)
+    per_client = make_batches(n_clients=2, n_batches=3, size=50)
+    run_clients(server, per_client)
+    before = counts(server)
+    server.stop()
+    assert not (server.data_dir / "redis.sock").exists() or not _answers(server.data_dir)
+    server.start()
+    assert counts(server) == before == expected_counts(per_client)
+    assert run_clients(server, per_client) == 0
+
+
+def _answers(data_dir: Path) -> bool:
+    with socket.socket(socket.AF_UNIX) as sock:
+        try:
+            sock.connect(str(data_dir / "redis.sock"))
+        except OSError:
+            return False
+    return True
