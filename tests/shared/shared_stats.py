@@ -103,6 +103,7 @@ class LogRatioCheck:
     bound: float
     tolerance: float
     n_checked: int
+    largest: float  # the largest log-ratio estimate over the outputs checked
 
 
 def log_ratio_audit(
@@ -140,6 +141,7 @@ def log_ratio_audit(
         bound=float(bounds[worst]),
         tolerance=float(z * se[worst]),
         n_checked=int(usable.sum()),
+        largest=float(estimate.max()),
     )
 
 
