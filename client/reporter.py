@@ -22,6 +22,7 @@ report id once however often it arrives.
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import time
 import uuid
@@ -168,13 +169,15 @@ class Reporter:
         Applied to every request.
     clock : callable
         Seconds since the epoch; injectable for tests of the backoff.
+    lock_timeout : float
+        Seconds to wait for another process holding the state directory's lock.
     """
 
     def __init__(
         self,
         server: str,
         *,
-        state_dir: str | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
         policy: Policy | None = None,
         session: requests.Session | None = None,
         timeout: float | tuple[float, float] = DEFAULT_TIMEOUT,
