@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Install the aggregator and run the demo: a server on an embedded Redis, demo
+# campaigns filled with a simulated population through the real client, and
+# the dashboard's address. Extra arguments go to scripts/demo.py.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[aggregator]'
+exec .venv/bin/python scripts/demo.py "$@"
