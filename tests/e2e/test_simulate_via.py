@@ -1,0 +1,183 @@
+"""``ldp-simulate --via``: simulated users through the real client to a real server process.
+
+Uses the ``live_server`` fixture (a server process on loopback with a real
+Redis). Kept small: a few hundred users in all.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import numpy as np
+from click.testing import CliRunner
+
+from aggregator.estimation import channel_for
+from aggregator.simulate.cli import main
+from aggregator.simulate.populations import Population
+from aggregator.simulate.runner import estimate_methods, simulate
+from aggregator.simulate.via import run_via_server
+from shared.geo import Grid, Region
+from shared.mechanisms import Mechanism
+from shared.spec import CampaignSpec
+
+LABELS = ["bus", "bike", "car", "foot", "train"]
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def assert_server_runs_our_estimators(result, mechanism, methods):
+    """The server's estimates are the project's estimators applied to the server's own counts."""
+    counts = result.estimates["noisy"] * result.server_n
+    local = estimate_methods(np.rint(counts), channel_for(mechanism), methods, seed=0)
+    for method in methods:
+        assert np.allclose(result.estimates[method], local[method].frequencies, atol=1e-9)
+
+
+def test_end_to_end_accuracy_matches_the_in_process_simulation(live_server):
+    population = Population.zipf(5, 1.1, labels=LABELS)
+    spec = CampaignSpec.from_dict(
+        {
+            "id": new_id("commute"),
+            "title": "Commute",
+            "mechanism": "krr",
+            "epsilon": 2.0,
+            "domain": LABELS,
+        }
+    )
+    n = 300
+    result = run_via_server(
+        live_server.url,
+        spec,
+        population,
+        n,
+        admin_token=live_server.admin_token,
+        analyst_token=live_server.analyst_token,
+        methods=("ibu", "inversion"),
+        workers=8,
+        seed=3,
+        progress=False,
+    )
+    assert result.created and result.previous_n == 0
+    assert (result.delivered, result.failed, result.server_n) == (n, 0, n)
+    mechanism = Mechanism.from_spec(spec)
+    assert_server_runs_our_estimators(result, mechanism, ["ibu", "inversion"])
+
+    # The in-process simulation of the same campaign over 40 seeds gives the spread of the
+    # error at this n; the server's error (one run) must fall within 4 standard deviations.
+    reference = simulate(
+        population,
+        [spec],
+        [n],
+        methods=["ibu", "inversion", "noisy"],
+        repeats=40,
+        seed=11,
+        progress=False,
+    )
+    for row in reference.rows:
+        # "noisy" (the raw histogram) checks the reports themselves: unperturbed values
+        # would be far closer to the truth than k-RR reports are.
+        server_tv = result.scores[row.method].tv
+        low = row.scores.tv - 4 * row.scores_sd.tv
+        high = row.scores.tv + 4 * row.scores_sd.tv
+        assert low <= server_tv <= high, (row.method, server_tv, row.scores.tv, row.scores_sd.tv)
+
+
+def test_end_to_end_locations_are_scored_by_earth_movers_distance(live_server):
+    grid = Grid(Region(48.10, 48.1135, 11.50, 11.5201), 250.0)
+    spec = CampaignSpec.from_dict(
+        {
+            "id": new_id("where"),
+            "title": "Where",
+            "mechanism": "planar_laplace",
+            "epsilon": 0.01,
+            "region": grid.region.to_dict(),
+            "cell_size_m": 250.0,
+        }
+    )
+    city = Population.clustered_city(spec.grid, hotspots=2, seed=1)
+    result = run_via_server(
+        live_server.url,
+        spec.to_dict(),
+        city,
+        150,
+        admin_token=live_server.admin_token,
+        analyst_token=live_server.analyst_token,
+        methods=("ibu",),
+        progress=False,
+    )
+    assert (result.delivered, result.server_n) == (150, 150)
+    assert result.scores["ibu"].emd_m is not None and result.scores["ibu"].emd_m >= 0
+    assert result.in_process["ibu"].emd_m is not None
+    assert_server_runs_our_estimators(result, Mechanism.from_spec(spec), ["ibu"])
+    assert result.responses["ibu"]["grid"]["rows"] == spec.grid.rows
+
+
+def test_the_command_creates_then_reuses_a_campaign(live_server):
+    runner = CliRunner()
+    env = {
+        "LDP_ADMIN_TOKEN": live_server.admin_token,
+        "LDP_ANALYST_TOKEN": live_server.analyst_token,
+    }
+    campaign = new_id("pets")
+    args = ["--no-progress", "--via", live_server.url, "--campaign", campaign]
+    first = runner.invoke(
+        main,
+        [
+            *args,
+            "--population",
+            "uniform",
+            "--labels",
+            "cat,dog,fish",
+            "-e",
+            "1",
+            "-n",
+            "60",
+            "--json",
+        ],
+        env=env,
+    )
+    assert first.exit_code == 0, first.output
+    document = json.loads(first.output)
+    assert (document["created"], document["delivered"], document["server_n"]) == (True, 60, 60)
+    assert {r["source"] for r in document["results"]} == {"server", "in-process"}
+
+    # Only the id: the campaign's own spec (and labels) are used, and earlier reports are flagged.
+    again = runner.invoke(main, [*args, "--population", "zipf", "-n", "40"], env=env)
+    assert again.exit_code == 0, again.output
+    assert "(existing," in again.output
+    assert "already held 60 reports" in again.output
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in again.output.splitlines()]
+    assert {row[0] for row in cells if row} >= {"server", "in-process"}
+
+
+def test_creating_a_campaign_needs_the_admin_token(live_server):
+    result = CliRunner().invoke(
+        main,
+        [
+            "--no-progress",
+            "--via",
+            live_server.url,
+            "--campaign",
+            new_id("nope"),
+            "-n",
+            "5",
+            "-e",
+            "1",
+        ],
+        env={"LDP_ADMIN_TOKEN": "", "LDP_ANALYST_TOKEN": ""},
+    )
+    assert result.exit_code == 1
+    assert "Error:" in result.output and "needs the admin token" in result.output
+
+
+def test_a_wrong_admin_token_is_reported(live_server):
+    result = CliRunner().invoke(
+        main,
+        ["--no-progress", "--via", live_server.url, "-n", "5", "-e", "1", "--admin-token", "wrong"],
+        env={"LDP_ANALYST_TOKEN": ""},
+    )
+    assert result.exit_code == 1
+    assert "Error: cannot create campaign" in result.output and "(403)" in result.output
