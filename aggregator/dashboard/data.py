@@ -85,13 +85,16 @@ def campaign_row(campaign: Campaign, last_report: float | None) -> dict[str, Any
 
 
 def report_series(store: CampaignStore, campaign_id: str) -> dict[str, Any]:
-    """Accepted reports per hour and their running total, oldest first."""
-    hours = store.hourly_counts(campaign_id)
+    """Accepted reports per bucket (the store keeps hours) and their running total.
+
+    ``bucket_s`` is the bucket's length in seconds and ``bucket_name`` its name,
+    so that the page draws finer buckets unchanged if the store keeps them.
+    """
     points, total = [], 0
-    for start, count in hours:
+    for start, count in store.hourly_counts(campaign_id):
         total += count
         points.append({"start": iso_utc(start), "count": count, "total": total})
-    return {"bucket": "hour", "points": points}
+    return {"bucket_s": 3600, "bucket_name": "hour", "points": points}
 
 
 def summary(store: CampaignStore, campaign: Campaign) -> dict[str, Any]:

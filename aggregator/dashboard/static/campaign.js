@@ -91,56 +91,44 @@
 
   /* -- report count over time ---------------------------------------------------------- */
 
-  /* The running total, rising through each hour's reports (linear within an hour, flat
-   * across hours without reports) and ending at the last report. */
-  function seriesCurve(series, lastReportAt) {
-    var hour = 3600 * 1000;
-    var last = lastReportAt ? Date.parse(lastReportAt) : null;
-    var x = [];
-    var y = [];
-    var total = 0;
-    series.points.forEach(function (p) {
-      var start = Date.parse(p.start);
-      var end = last !== null && last < start + hour ? Math.max(start, last) : start + hour;
-      if (!x.length || start > x[x.length - 1]) {
-        x.push(start);
-        y.push(total);
-      }
-      x.push(end);
-      y.push(p.total);
-      total = p.total;
-    });
-    return {
-      x: x.map(function (ms) { return new Date(ms).toISOString().slice(0, 19).replace("T", " "); }),
-      y: y,
-    };
-  }
-
-  function renderSeries(series, lastReportAt) {
-    var curve = seriesCurve(series, lastReportAt);
+  /* Reports per bucket (an hour) as bars spanning their bucket, over at least a six-bucket
+   * window ending with the current one; the hover gives the running total. */
+  function renderSeries(series) {
+    var bucket = series.bucket_s * 1000;
+    var points = series.points;
+    function stamp(ms) {
+      return new Date(ms).toISOString().slice(0, 19).replace("T", " ");
+    }
     var trace = {
-      type: "scatter",
-      mode: "lines",
-      name: "reports received",
-      x: curve.x,
-      y: curve.y,
-      fill: "tozeroy",
-      fillcolor: "rgba(47, 111, 179, 0.18)",
-      line: { color: "#1f5fa8", width: 2.5 },
-      hovertemplate: "%{x|%Y-%m-%d %H:%M} UTC<br>%{y:,} reports in total<extra></extra>",
+      type: "bar",
+      name: "reports",
+      x: points.map(function (p) { return stamp(Date.parse(p.start) + bucket / 2); }),
+      y: points.map(function (p) { return p.count; }),
+      width: points.map(function () { return bucket * 0.9; }),
+      customdata: points.map(function (p) { return [stamp(Date.parse(p.start)), p.total]; }),
+      marker: { color: "#2f6fb3" },
+      hovertemplate:
+        "from %{customdata[0]} UTC<br>%{y:,} reports<br>%{customdata[1]:,} in total<extra></extra>",
     };
+    var now = Date.now();
+    var end = Math.max(now, points.length ? Date.parse(points[points.length - 1].start) : now);
+    end = Math.floor(end / bucket) * bucket + bucket;
+    var first = points.length ? Date.parse(points[0].start) : end - bucket;
     var layout = baseLayout({
-      xaxis: axis("time (UTC)", { type: "date", tickformat: "%H:%M\n%b %d" }),
-      yaxis: axis("reports received", { rangemode: "tozero", tickformat: ",d" }),
+      xaxis: axis("time (UTC), one bar per " + series.bucket_name, {
+        type: "date",
+        range: [stamp(Math.min(first, end - 6 * bucket)), stamp(end)],
+        tickformat: "%H:%M\n%b %d",
+      }),
+      yaxis: axis("reports per " + series.bucket_name, { rangemode: "tozero", tickformat: ",d" }),
       showlegend: false,
-      margin: { l: 72, r: 24, t: 12, b: 56 },
+      margin: { l: 72, r: 24, t: 12, b: 64 },
     });
-    if (!curve.x.length) {
+    if (!points.length) {
       layout.annotations = [{
         text: "No reports yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5,
         font: { size: 15, color: "#5b6b7a" },
       }];
-      layout.xaxis.showticklabels = false;
       layout.yaxis.range = [0, 1];
     }
     Plotly.react("series-chart", [trace], layout, plotConfig);
@@ -152,7 +140,7 @@
     var status = document.getElementById("status");
     status.textContent = summary.status;
     status.className = "status status-" + summary.status;
-    renderSeries(summary.series, summary.last_report_at);
+    renderSeries(summary.series);
   }
 
   /* -- estimate: categories ------------------------------------------------------------- */
@@ -173,6 +161,13 @@
       return a.index - b.index;
     });
     return rows;
+  }
+
+  /* Upright labels while they fit side by side, slanted when they would overlap. */
+  function labelAngle(rows) {
+    var longest = rows.reduce(function (m, r) { return Math.max(m, String(r.label).length); }, 0);
+    var width = document.getElementById("estimate-chart").clientWidth - 100;
+    return rows.length * (longest * 7.5 + 8) > width ? -45 : 0;
   }
 
   function renderBars(estimate) {
@@ -199,7 +194,7 @@
         " interval %{customdata[0]:.2%} to %{customdata[1]:.2%}<extra></extra>",
     };
     var layout = baseLayout({
-      xaxis: axis("category", { type: "category", tickangle: rows.length > 8 ? -45 : 0 }),
+      xaxis: axis("category", { type: "category", tickangle: labelAngle(rows) }),
       yaxis: axis("estimated share of reporters", { tickformat: ".0%", zeroline: true }),
       showlegend: false,
       bargap: 0.25,
@@ -395,6 +390,15 @@
         }
       });
     }
+  });
+  var resizeTimer = null;
+  window.addEventListener("resize", function () {
+    window.clearTimeout(resizeTimer);
+    resizeTimer = window.setTimeout(function () {
+      if (!planar && state.estimate && state.estimate.n > 0) {
+        renderBars(state.estimate);
+      }
+    }, 200);
   });
   document.getElementById("controls").addEventListener("submit", function (event) {
     event.preventDefault();

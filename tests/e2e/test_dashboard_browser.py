@@ -1,0 +1,474 @@
+"""The dashboards in a real headless Chromium against a real server process and Redis.
+
+Campaigns are seeded through the HTTP API with reports perturbed by
+``shared.mechanisms``; what the page draws is compared with what the estimate
+API returns for the same counts. Every test ends by checking that the page
+logged no console error, and leaves a screenshot in ``artifacts/screenshots/``.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from shared.mechanisms import Mechanism
+from shared.spec import CampaignSpec
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+LAPTOP = {"width": 1366, "height": 900}
+PHONE = {"width": 390, "height": 844}
+HTTP_TIMEOUT_S = 30
+RENDER_TIMEOUT_MS = 30_000
+# A drawn bar's height may differ from the exact proportion by this many pixels.
+BAR_PIXEL_TOLERANCE = 1.5
+SUFFIX = uuid.uuid4().hex[:8]
+# Reports seeded per campaign (before any test posts more).
+SEEDED = {"fruit": 1500, "words": 1500, "where": 800, "live": 40}
+
+
+class Seeder:
+    """Creates campaigns and posts perturbed reports through the server's HTTP API."""
+
+    def __init__(self, server) -> None:
+        self.api = f"{server.url}/api/v1"
+        self.admin = {"Authorization": f"Bearer {server.admin_token}"}
+        self.analyst = {"Authorization": f"Bearer {server.analyst_token}"}
+
+    def create(self, spec: dict) -> dict:
+        response = requests.post(
+            f"{self.api}/campaigns", json=spec, headers=self.admin, timeout=HTTP_TIMEOUT_S
+        )
+        assert response.status_code == 201, response.text
+        return spec
+
+    def post(self, spec: dict, values: list, seed: int) -> None:
+        mechanism = Mechanism.from_spec(CampaignSpec.from_dict(spec))
+        rng = random.Random(seed)
+        reports = [
+            {
+                "report_id": str(uuid.UUID(int=rng.getrandbits(128))),
+                "value": mechanism.perturb(value, rng),
+            }
+            for value in values
+        ]
+        for start in range(0, len(reports), 1000):
+            response = requests.post(
+                f"{self.api}/campaigns/{spec['id']}/reports",
+                json={"reports": reports[start : start + 1000]},
+                timeout=HTTP_TIMEOUT_S,
+            )
+            assert response.status_code == 200, response.text
+
+    def get(self, path: str) -> dict:
+        response = requests.get(f"{self.api}{path}", headers=self.analyst, timeout=HTTP_TIMEOUT_S)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+
+@pytest.fixture(scope="module")
+def seeder(live_server) -> Seeder:
+    return Seeder(live_server)
+
+
+@pytest.fixture(scope="module")
+def campaigns(seeder: Seeder) -> dict[str, dict]:
+    """Four campaigns' specs: a k-RR, a large k-RR, a planar one, a live one (see SEEDED)."""
+    rng = random.Random(2024)
+    fruit = seeder.create(
+        {
+            "id": f"dash-fruit-{SUFFIX}",
+            "title": "Favourite fruit (browser test)",
+            "mechanism": "krr",
+            "epsilon": 1.0,
+            "domain": ["apple", "banana", "cherry", "damson", "elderberry"],
+        }
+    )
+    seeder.post(fruit, rng.choices(fruit["domain"], [8, 5, 3, 2, 1], k=1500), seed=1)
+    words = seeder.create(
+        {
+            "id": f"dash-words-{SUFFIX}",
+            "title": "Favourite word (browser test)",
+            "mechanism": "krr",
+            "epsilon": 3.0,
+            "domain": [f"w{i:02d}" for i in range(60)],
+        }
+    )
+    weights = [1 / (i + 1) for i in range(60)]
+    seeder.post(words, rng.choices(words["domain"], weights, k=1500), seed=2)
+    where = seeder.create(
+        {
+            "id": f"dash-where-{SUFFIX}",
+            "title": "Home location (browser test)",
+            "mechanism": "planar_laplace",
+            "epsilon": 0.01,
+            "region": {"lat_min": 51.50, "lat_max": 51.52, "lon_min": -0.14, "lon_max": -0.11},
+            "cell_size_m": 250,
+        }
+    )
+    region = where["region"]
+    spots = [
+        {"lat": rng.uniform(51.503, 51.507), "lon": rng.uniform(-0.135, -0.13)} for _ in range(500)
+    ] + [
+        {
+            "lat": rng.uniform(region["lat_min"], region["lat_max"]),
+            "lon": rng.uniform(region["lon_min"], region["lon_max"]),
+        }
+        for _ in range(300)
+    ]
+    seeder.post(where, spots, seed=3)
+    live = seeder.create(
+        {
+            "id": f"dash-live-{SUFFIX}",
+            "title": "Live campaign (browser test)",
+            "mechanism": "rr",
+            "epsilon": 1.0,
+        }
+    )
+    seeder.post(live, rng.choices(["no", "yes"], k=40), seed=4)
+    return {"fruit": fruit, "words": words, "where": where, "live": live}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Browser:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+class Tab:
+    """A page in its own browser context, recording console errors and taking screenshots."""
+
+    def __init__(self, browser: Browser, base_url: str, name: str, viewport: dict) -> None:
+        self.base = f"{base_url}/dashboard"
+        self.name = name
+        self.context = browser.new_context(viewport=viewport, accept_downloads=True)
+        self.page: Page = self.context.new_page()
+        self.page.set_default_timeout(RENDER_TIMEOUT_MS)
+        self.errors: list[str] = []
+        self.page.on(
+            "console",
+            lambda message: self.errors.append(message.text) if message.type == "error" else None,
+        )
+        self.page.on("pageerror", lambda error: self.errors.append(f"uncaught: {error}"))
+
+    def goto(self, path: str) -> None:
+        self.page.goto(self.base + path)
+
+    def sign_in(self, token: str) -> None:
+        self.goto("/login")
+        self.page.fill("#token", token)
+        self.page.click("form.stack button[type=submit]")
+        self.page.wait_for_url(self.base + "/")
+
+    def open_campaign(self, campaign_id: str) -> None:
+        self.goto(f"/campaigns/{campaign_id}")
+        self.wait_rendered()
+
+    def wait_rendered(self, method: str = "ibu", n: int | None = None) -> None:
+        """Wait until the page has drawn an estimate (the page's CSP forbids eval'd waits)."""
+        selector = f'main[data-rendered-method="{method}"]'
+        if n is not None:
+            selector += f'[data-rendered-n="{n}"]'
+        self.page.wait_for_selector(selector, state="attached")
+
+    def shot(self, label: str = "") -> None:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        name = f"{self.name}-{label}" if label else self.name
+        self.page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+    def assert_no_console_errors(self) -> None:
+        assert self.errors == []
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def tab_factory(browser, live_server, request):
+    tabs: list[Tab] = []
+
+    def make(viewport: dict = LAPTOP, label: str = "") -> Tab:
+        name = request.node.name.removeprefix("test_") + (f"-{label}" if label else "")
+        tab = Tab(browser, live_server.url, name, viewport)
+        tabs.append(tab)
+        return tab
+
+    yield make
+    for tab in tabs:
+        tab.shot("end")
+        tab.close()
+
+
+@pytest.fixture
+def tab(tab_factory, live_server) -> Tab:
+    """A signed-in laptop-sized tab."""
+    signed_in = tab_factory()
+    signed_in.sign_in(live_server.analyst_token)
+    return signed_in
+
+
+def chart_trace(page: Page, element_id: str) -> dict:
+    return page.evaluate(
+        """(id) => {
+            const trace = document.getElementById(id).data[0];
+            return {x: Array.from(trace.x), y: Array.from(trace.y), type: trace.type,
+                    z: trace.z ? trace.z.map((row) => Array.from(row)) : null,
+                    zmin: trace.zmin, zmax: trace.zmax, colorscale: trace.colorscale};
+        }""",
+        element_id,
+    )
+
+
+def bar_heights(page: Page) -> list[float]:
+    """Pixel heights of the drawn bars, in the order plotly drew them."""
+    return page.evaluate(
+        """() => Array.from(document.querySelectorAll('#estimate-chart .barlayer .point path'))
+                 .map((path) => path.getBBox().height)"""
+    )
+
+
+# -- tests ------------------------------------------------------------------------------------
+
+
+def test_signed_out_access_is_refused(tab_factory, live_server, campaigns):
+    fruit = campaigns["fruit"]
+    tab = tab_factory()
+    tab.goto(f"/campaigns/{fruit['id']}")
+    assert "/dashboard/login" in tab.page.url
+    assert fruit["title"] not in tab.page.content()
+    for path in ("summary", "estimate", "estimate.csv", "estimate.json"):
+        response = tab.context.request.get(f"{tab.base}/data/campaigns/{fruit['id']}/{path}")
+        assert response.status == 401
+    tab.goto("/")
+    assert "/dashboard/login" in tab.page.url
+    assert "<table" not in tab.page.content()
+
+    tab.page.fill("#token", "not-the-token")
+    tab.page.press("#token", "Enter")
+    tab.page.wait_for_selector("#login-error")
+    assert "not valid" in tab.page.inner_text("#login-error")
+    assert "/dashboard/login" in tab.page.url
+    tab.shot("wrong-token")
+    # The refused sign-in is a 401 document, which Chromium logs; nothing else may be.
+    assert tab.errors == [
+        "Failed to load resource: the server responded with a status of 401 (UNAUTHORIZED)"
+    ]
+
+
+def test_sign_in_lists_the_seeded_campaigns(tab, campaigns):
+    tab.shot("list")
+    for key, mechanism in (
+        ("fruit", "k-ary randomized response"),
+        ("words", "k-ary randomized response"),
+        ("where", "Planar Laplace"),
+        ("live", "Randomized response"),
+    ):
+        campaign = campaigns[key]
+        row = tab.page.locator(f'tr[data-campaign="{campaign["id"]}"]')
+        cells = row.locator("th, td").all_inner_texts()
+        assert campaign["title"] in cells[0]
+        assert cells[1] == mechanism
+        assert cells[2].startswith(f"{campaign['epsilon']:g}")
+        assert cells[3] == "open"
+        assert int(cells[4].replace(",", "")) >= SEEDED[key]
+        assert cells[5].endswith("UTC")
+    tab.assert_no_console_errors()
+
+
+def test_sign_in_then_sign_out(tab_factory, live_server, campaigns):
+    fruit = campaigns["fruit"]
+    tab = tab_factory()
+    tab.goto(f"/campaigns/{fruit['id']}")
+    tab.page.fill("#token", live_server.analyst_token)
+    tab.page.press("#token", "Enter")
+    tab.page.wait_for_url(f"{tab.base}/campaigns/{fruit['id']}")
+    tab.wait_rendered()
+    tab.page.click("text=Sign out")
+    tab.page.wait_for_url(f"{tab.base}/login?signed_out=1")
+    assert "You are signed out." in tab.page.inner_text("main")
+    tab.goto(f"/campaigns/{fruit['id']}")
+    assert "/dashboard/login" in tab.page.url
+    response = tab.context.request.get(f"{tab.base}/data/campaigns/{fruit['id']}/summary")
+    assert response.status == 401
+    tab.assert_no_console_errors()
+
+
+def test_krr_bars_match_the_estimate_api(tab, seeder, campaigns):
+    fruit = campaigns["fruit"]
+    tab.open_campaign(fruit["id"])
+    tab.shot("ibu")
+    api = seeder.get(f"/campaigns/{fruit['id']}/estimate?method=ibu")
+    assert api["n"] == SEEDED["fruit"]
+    trace = chart_trace(tab.page, "estimate-chart")
+    assert trace["type"] == "bar"
+    # All five categories are shown, largest first.
+    by_label = {row["label"]: row["frequency"] for row in api["estimates"]}
+    assert sorted(trace["x"]) == sorted(fruit["domain"])
+    assert trace["y"] == pytest.approx([by_label[label] for label in trace["x"]], abs=1e-12)
+    assert trace["y"] == sorted(trace["y"], reverse=True)
+    heights = bar_heights(tab.page)
+    assert len(heights) == len(fruit["domain"])
+    scale = heights[0] / trace["y"][0]
+    for height, frequency in zip(heights, trace["y"], strict=True):
+        assert abs(height - frequency * scale) <= BAR_PIXEL_TOLERANCE
+    assert tab.page.inner_text("#estimate-n") == f"{SEEDED['fruit']:,}"
+    assert tab.page.inner_text("#estimate-iterations").split()[0] == str(api["n_iter"])
+    rows = tab.page.locator("#estimate-table tbody tr").count()
+    assert rows == len(fruit["domain"])
+    tab.assert_no_console_errors()
+
+
+def test_switching_the_method_changes_the_chart(tab, seeder, campaigns):
+    fruit = campaigns["fruit"]
+    tab.open_campaign(fruit["id"])
+    before = chart_trace(tab.page, "estimate-chart")
+    tab.page.select_option("#method", "inversion")
+    tab.wait_rendered("inversion")
+    tab.shot("inversion")
+    after = chart_trace(tab.page, "estimate-chart")
+    api = seeder.get(f"/campaigns/{fruit['id']}/estimate?method=inversion")
+    by_label = {row["label"]: row["frequency"] for row in api["estimates"]}
+    assert after["y"] == pytest.approx([by_label[label] for label in after["x"]], abs=1e-12)
+    before_by_label = dict(zip(before["x"], before["y"], strict=True))
+    change = max(abs(by_label[label] - before_by_label[label]) for label in fruit["domain"])
+    assert change > 1e-4
+    assert tab.page.inner_text("#estimate-iterations") == "closed form"
+
+    with tab.page.expect_download() as download:
+        tab.page.click("#download-csv")
+    assert download.value.suggested_filename == f"{fruit['id']}-estimate-inversion.csv"
+    with open(download.value.path(), encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {row["label"]: float(row["frequency"]) for row in rows} == pytest.approx(by_label)
+    tab.assert_no_console_errors()
+
+
+def test_large_domain_top_n_and_sorting(tab, seeder, campaigns):
+    words = campaigns["words"]
+    tab.open_campaign(words["id"])
+    api = seeder.get(f"/campaigns/{words['id']}/estimate?method=ibu")
+    ranked = sorted(api["estimates"], key=lambda row: -row["frequency"])
+    trace = chart_trace(tab.page, "estimate-chart")
+    assert tab.page.input_value("#top") == "20"
+    assert len(bar_heights(tab.page)) == 20
+    assert trace["x"] == [row["label"] for row in ranked[:20]]
+
+    tab.page.select_option("#sort", "domain")
+    trace = chart_trace(tab.page, "estimate-chart")
+    top = {row["label"] for row in ranked[:20]}
+    assert trace["x"] == [label for label in words["domain"] if label in top]
+
+    tab.page.select_option("#top", "all")
+    expect(tab.page.locator("#estimate-chart .barlayer .point")).to_have_count(60)
+    assert chart_trace(tab.page, "estimate-chart")["x"] == words["domain"]
+    assert len(bar_heights(tab.page)) == 60
+    tab.shot("all")
+    tab.assert_no_console_errors()
+
+
+def test_planar_campaign_renders_both_heatmaps(tab, seeder, campaigns):
+    where = campaigns["where"]
+    spec = CampaignSpec.from_dict(where)
+    grid = spec.grid
+    tab.open_campaign(where["id"])
+    tab.shot("heatmaps")
+    raw = chart_trace(tab.page, "heatmap-raw")
+    estimate = chart_trace(tab.page, "heatmap-estimate")
+    for trace in (raw, estimate):
+        assert trace["type"] == "heatmap"
+        assert len(trace["z"]) == grid.rows
+        assert all(len(row) == grid.cols for row in trace["z"])
+        assert trace["y"] == pytest.approx(
+            [grid.centre(r * grid.cols)[0] for r in range(grid.rows)]
+        )
+        assert trace["x"] == pytest.approx([grid.centre(c)[1] for c in range(grid.cols)])
+    # One colour scale for both.
+    assert (raw["zmin"], raw["zmax"], raw["colorscale"]) == (
+        estimate["zmin"],
+        estimate["zmax"],
+        estimate["colorscale"],
+    )
+    assert raw["zmax"] == pytest.approx(max(max(row) for row in raw["z"] + estimate["z"]))
+    counts = seeder.get(f"/campaigns/{where['id']}/counts")
+    api = seeder.get(f"/campaigns/{where['id']}/estimate?method=ibu")
+    for index in range(grid.n_cells):
+        row, col = divmod(index, grid.cols)
+        assert raw["z"][row][col] == pytest.approx(
+            counts["counts"][index]["count"] / SEEDED["where"]
+        )
+        assert estimate["z"][row][col] == pytest.approx(api["estimates"][index]["frequency"])
+    for element_id in ("heatmap-raw", "heatmap-estimate"):
+        assert tab.page.locator(f"#{element_id} .hm image").count() == 1
+    tab.assert_no_console_errors()
+
+
+def test_a_report_posted_while_the_page_is_open_shows_up(tab, seeder, campaigns):
+    live = campaigns["live"]
+    tab.open_campaign(live["id"])
+    start = seeder.get(f"/campaigns/{live['id']}/estimate")["n"]
+    tab.wait_rendered(n=start)
+    tab.page.evaluate("window.loadedOnce = true")
+    seeder.post(live, ["yes"] * 5, seed=start)
+    expect(tab.page.locator("#n-reports")).to_have_text(f"{start + 5:,}", timeout=RENDER_TIMEOUT_MS)
+    tab.wait_rendered(n=start + 5)
+    assert tab.page.evaluate("window.loadedOnce") is True  # refreshed in place, not reloaded
+    assert tab.page.inner_text("#estimate-n") == f"{start + 5:,}"
+    api = seeder.get(f"/campaigns/{live['id']}/estimate?method=ibu")
+    trace = chart_trace(tab.page, "estimate-chart")
+    by_label = {row["label"]: row["frequency"] for row in api["estimates"]}
+    assert trace["y"] == pytest.approx([by_label[label] for label in trace["x"]], abs=1e-12)
+    tab.assert_no_console_errors()
+
+
+def test_phone_width_with_the_keyboard_only(tab_factory, live_server, campaigns):
+    fruit = campaigns["fruit"]
+    tab = tab_factory(PHONE)
+    page = tab.page
+    tab.goto("/login")
+    assert page.evaluate("document.activeElement.id") == "token"
+    page.keyboard.type(live_server.analyst_token)
+    page.keyboard.press("Enter")
+    page.wait_for_url(tab.base + "/")
+    link = f"{tab.base}/campaigns/{fruit['id']}"
+    for _ in range(40):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.href") == link:
+            break
+    else:
+        pytest.fail("the campaign link cannot be reached with Tab")
+    page.keyboard.press("Enter")
+    page.wait_for_url(link)
+    tab.wait_rendered()
+    for _ in range(40):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.id") == "method":
+            break
+    else:
+        pytest.fail("the method selector cannot be reached with Tab")
+    page.keyboard.press("ArrowDown")
+    tab.wait_rendered("inversion")
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0
+    tab.shot("phone")
+    tab.assert_no_console_errors()
