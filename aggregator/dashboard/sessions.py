@@ -45,6 +45,9 @@ F = TypeVar("F", bound=Callable)
 def configure(app: flask.Flask) -> None:
     """Give the app what the dashboard's cookie needs, keeping what the operator set."""
     config = app.config
+    if isinstance(config.get("SECRET_KEY"), (int, float)):
+        # from_prefixed_env parses values as JSON: an all-digit key arrives as a number.
+        config["SECRET_KEY"] = str(config["SECRET_KEY"])
     if not config.get("SECRET_KEY"):
         tokens = [str(config.get(name) or "") for name in _TOKEN_SETTINGS]
         if any(tokens):

@@ -345,3 +345,18 @@ def test_planar_csv_gives_cells_and_centres(signed_in, planar_campaign):
 def test_empty_campaign_estimate(signed_in, krr_campaign):
     body = signed_in.get("/dashboard/data/campaigns/fruit/estimate").get_json()
     assert (body["n"], body["estimates"]) == (0, [])
+
+
+def test_settings_come_from_the_environment(monkeypatch, redis_url):
+    monkeypatch.setenv("LDP_REDIS_URL", redis_url)
+    monkeypatch.setenv("LDP_ANALYST_TOKEN", "from-env")
+    monkeypatch.setenv("LDP_SECRET_KEY", "12345678901234567890")
+    monkeypatch.setenv("LDP_DASHBOARD_REFRESH_S", "2")
+    monkeypatch.setenv("LDP_SESSION_COOKIE_SECURE", "true")
+    app = create_app()
+    assert app.config["SECRET_KEY"] == "12345678901234567890"
+    assert app.config["DASHBOARD_REFRESH_S"] == 2
+    client = app.test_client()
+    response = sign_in(client, "from-env")
+    assert response.status_code == 303
+    assert "Secure" in response.headers["Set-Cookie"]
