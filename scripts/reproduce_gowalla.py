@@ -26,12 +26,15 @@ from pathlib import Path
 
 import numpy as np
 
-from aggregator.simulate.populations import Population, cell_labels
-from aggregator.simulate.runner import simulate
-from shared.geo import EARTH_RADIUS_M, Grid, Region
-from shared.spec import CampaignSpec
-
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # run as a file from anywhere: make the project importable
+    sys.path.insert(0, str(REPO))
+
+from aggregator.simulate.populations import Population, cell_labels  # noqa: E402
+from aggregator.simulate.runner import simulate  # noqa: E402
+from shared.geo import EARTH_RADIUS_M, Grid, Region  # noqa: E402
+from shared.spec import CampaignSpec  # noqa: E402
+
 DEFAULT_CSV = REPO.parent / "shared" / "data" / "gowalla_sf_downtown.csv"
 SIDE_M = 3000.0
 CELL_M = 150.0
