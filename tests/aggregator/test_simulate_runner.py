@@ -179,3 +179,21 @@ def test_population_and_campaign_must_match():
     with pytest.raises(PopulationError, match="domain"):
         check_compatible(zipf, KRR(epsilon=1.0, domain=list("abcd")))
     check_compatible(city, KRR(epsilon=1.0, domain=cell_labels(CITY_GRID)))
+
+
+def test_the_package_re_exports_its_public_names():
+    import aggregator.simulate as package
+
+    assert sorted(package.__all__) == [
+        "ALL_METHODS",
+        "Population",
+        "PopulationError",
+        "Scores",
+        "SimulationError",
+        "SimulationResult",
+        "ViaResult",
+        "run_via_server",
+        "score",
+        "simulate",
+    ]
+    assert all(hasattr(package, name) for name in package.__all__)
