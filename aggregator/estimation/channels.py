@@ -161,7 +161,10 @@ class PlanarLaplaceChannel(Channel):
         out = folded[:, cols : 2 * cols].copy()
         out[:, 0] += folded[:, :cols].sum(axis=1)
         out[:, -1] += folded[:, 2 * cols :].sum(axis=1)
-        return np.maximum(out.ravel(), 0.0)
+        # FFT round-off can leave -1e-18 where a distribution's image is 0: clear it for
+        # non-negative inputs only, so that signed vectors (GMRES, probes) stay linear.
+        out = out.ravel()
+        return np.maximum(out, 0.0) if np.all(p >= 0) else out
 
     def backward(self, u: np.ndarray) -> np.ndarray:
         rows, cols = self.rows, self.cols
