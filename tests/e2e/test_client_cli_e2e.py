@@ -1,0 +1,194 @@
+"""``ldp-client`` processes against the real aggregator: the CLI round trip and concurrent runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from test_client_e2e import LABELS, Proxy, counts, krr_campaign, total
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli_env(live_server, state_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LDP_")}
+    env.update(LDP_SERVER_URL=live_server.url, LDP_CLIENT_HOME=str(state_dir), **extra)
+    return env
+
+
+def ldp_client(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "client.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_cli_round_trip(live_server, tmp_path):
+    campaign_id = krr_campaign(live_server)
+    env = cli_env(live_server, tmp_path / "state")
+
+    dry = ldp_client(env, "report", campaign_id, "cherry", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    dry_result = json.loads(dry.stdout)
+    assert dry_result["outcome"] == "dry_run" and total(live_server, campaign_id) == 0
+
+    sent = ldp_client(env, "report", campaign_id, "cherry", "--json")
+    assert sent.returncode == 0, sent.stderr
+    result = json.loads(sent.stdout)
+    assert result["outcome"] == "delivered" and result["charged"] == 1.0
+    assert result["payload"]["value"] == dry_result["payload"]["value"]
+    assert "cherry" not in sent.stderr
+
+    again = ldp_client(env, "report", campaign_id, "cherry")
+    assert again.returncode == 0, again.stderr
+    assert "Same answer as before: the same noisy report, no budget spent." in again.stdout
+    assert counts(live_server, campaign_id) == {result["payload"]["value"]: 2}
+
+    bad = ldp_client(env, "report", campaign_id, "kiwi")
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("Error: the value is not one of the campaign's labels")
+
+    capped = ldp_client(env, "--max-epsilon", "0.5", "report", campaign_id, "apple")
+    assert capped.returncode == 1 and "above your cap" in capped.stderr
+
+    status = json.loads(ldp_client(env, "status", "--json").stdout)
+    assert status["budget"]["spent"] == 1.0
+    [campaign] = status["campaigns"]
+    assert (campaign["campaign"], campaign["values_reported"]) == (campaign_id, 1)
+
+    forget = ldp_client(env, "forget", campaign_id, "--yes")
+    assert forget.returncode == 0, forget.stderr
+    assert "weakens your longitudinal protection" in forget.stderr
+    status = json.loads(ldp_client(env, "status", "--json").stdout)
+    assert status["campaigns"] == [] and status["budget"]["forgotten"] == 1.0
+
+
+def test_cli_queues_while_the_server_is_down_and_flush_sends(live_server, tmp_path):
+    campaign_id = krr_campaign(live_server)
+    proxy = Proxy(live_server.url)
+    try:
+        env = {**cli_env(live_server, tmp_path / "state"), "LDP_SERVER_URL": proxy.url}
+        assert ldp_client(env, "report", campaign_id, "apple").returncode == 0
+        proxy.stop()
+        queued = ldp_client(env, "report", campaign_id, "banana")
+        assert queued.returncode == 0, queued.stderr
+        assert "Queued on this device: cannot reach the server" in queued.stdout
+        assert "connection refused" in queued.stdout
+        failed = ldp_client(env, "flush")
+        assert failed.returncode == 1
+        assert (
+            "1 still waiting" in failed.stdout
+            and "Error: 1 report(s) still waiting" in failed.stderr
+        )
+        assert total(live_server, campaign_id) == 1
+        proxy.start()
+        flushed = ldp_client(env, "flush", "--json")
+        assert flushed.returncode == 0, flushed.stderr
+        assert json.loads(flushed.stdout) == {
+            "attempted": 1,
+            "accepted": 1,
+            "duplicates": 0,
+            "rejected": [],
+            "errors": [],
+            "remaining": 0,
+        }
+        assert total(live_server, campaign_id) == 2
+    finally:
+        proxy.stop()
+
+
+WORKER = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    from client import Policy, Reporter
+    server, state_dir, campaign_id, go = sys.argv[1:5]
+    labels = json.loads(sys.argv[5])
+    while not Path(go).exists():
+        time.sleep(0.005)
+    out = []
+    with Reporter(server, state_dir=state_dir, policy=Policy(total_budget=100)) as reporter:
+        for i in range(12):
+            result = reporter.report(campaign_id, labels[i % len(labels)])
+            out.append([labels[i % len(labels)], result.payload["value"], result.outcome])
+    print(json.dumps(out))
+    """
+)
+
+
+def test_concurrent_processes_share_the_state_without_corrupting_it(live_server, tmp_path):
+    """Four processes report through one state directory at once: nothing lost or spent twice."""
+    campaign_id = krr_campaign(live_server)
+    state_dir, go = tmp_path / "state", tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                WORKER,
+                live_server.url,
+                str(state_dir),
+                campaign_id,
+                str(go),
+                json.dumps(LABELS),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    time.sleep(0.3)
+    go.touch()
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err for _, err in outputs]
+    reports = [row for out, _ in outputs for row in json.loads(out)]
+    assert len(reports) == 48 and {outcome for _, _, outcome in reports} == {"delivered"}
+    # Every process derived the same report for the same answer...
+    by_answer = defaultdict(set)
+    for answer, value, _ in reports:
+        by_answer[answer].add(value)
+    assert all(len(values) == 1 for values in by_answer.values())
+    # ...each answer was paid for once, and every report arrived once.
+    env = cli_env(live_server, state_dir)
+    status = json.loads(ldp_client(env, "status", "--json").stdout)
+    assert status["budget"]["spent"] == 4.0
+    assert status["campaigns"][0]["values_reported"] == 4
+    assert status["queue"]["pending"] == 0
+    assert total(live_server, campaign_id) == 48
+
+
+def test_concurrent_processes_cannot_overspend_the_budget(live_server, tmp_path):
+    """Room for one new answer, four processes racing with different answers: one wins."""
+    campaign_id = krr_campaign(live_server)
+    env = cli_env(live_server, tmp_path / "state", LDP_BUDGET="1.5")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "client.cli", "report", campaign_id, label],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for label in LABELS
+    ]
+    outputs = [p.communicate(timeout=60) for p in procs]
+    codes = [p.returncode for p in procs]
+    assert sorted(codes) == [0, 1, 1, 1], outputs
+    refused = [err for (_, err), code in zip(outputs, codes, strict=True) if code]
+    assert all("budget" in err and "nothing was spent or sent" in err for err in refused)
+    assert total(live_server, campaign_id) == 1
+    status = json.loads(ldp_client(env, "status", "--json").stdout)
+    assert status["budget"]["spent"] == 1.0

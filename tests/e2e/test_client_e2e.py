@@ -1,0 +1,364 @@
+"""The client library against the real aggregator (a server process on loopback, real Redis).
+
+Outages are made with a TCP proxy in front of the server that can stop
+listening (connections refused) or swallow the server's answers (the report
+is stored but the device never hears so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import socket
+import threading
+import uuid
+from collections import Counter
+
+import pytest
+import redis
+import requests
+
+from client import (
+    BudgetExceeded,
+    CampaignClosed,
+    EpsilonCapExceeded,
+    Policy,
+    Reporter,
+    ServerUnavailable,
+    SpecChanged,
+)
+from shared.errors import ReportError
+from shared.mechanisms import KRR
+from shared.spec import CampaignSpec
+
+LABELS = ["apple", "banana", "cherry", "durian"]
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create_campaign(live_server, spec: dict) -> dict:
+    response = requests.post(
+        f"{live_server.url}/api/v1/campaigns",
+        json=spec,
+        headers={"Authorization": f"Bearer {live_server.admin_token}"},
+        timeout=10,
+    )
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def krr_campaign(live_server, epsilon: float = 1.0, labels: list[str] = LABELS) -> str:
+    campaign_id = new_id("fruit")
+    create_campaign(
+        live_server,
+        {
+            "id": campaign_id,
+            "title": "Fruit",
+            "mechanism": "krr",
+            "epsilon": epsilon,
+            "domain": labels,
+        },
+    )
+    return campaign_id
+
+
+def planar_campaign(live_server) -> str:
+    campaign_id = new_id("where")
+    create_campaign(
+        live_server,
+        {
+            "id": campaign_id,
+            "title": "Where",
+            "mechanism": "planar_laplace",
+            "privacy_level": 1.0,
+            "privacy_radius_m": 500.0,
+            "region": {"lat_min": 48.10, "lat_max": 48.15, "lon_min": 11.50, "lon_max": 11.60},
+            "cell_size_m": 250.0,
+        },
+    )
+    return campaign_id
+
+
+def counts(live_server, campaign_id: str) -> dict[str, int]:
+    response = requests.get(
+        f"{live_server.url}/api/v1/campaigns/{campaign_id}/counts",
+        headers={"Authorization": f"Bearer {live_server.analyst_token}"},
+        timeout=10,
+    )
+    assert response.status_code == 200, response.text
+    return {row["label"]: row["count"] for row in response.json()["counts"] if row["count"]}
+
+
+def total(live_server, campaign_id: str) -> int:
+    return sum(counts(live_server, campaign_id).values())
+
+
+class Proxy:
+    """A TCP forwarder to the server: ``forward``, ``swallow`` answers, or ``stop`` listening."""
+
+    def __init__(self, upstream_url: str):
+        host, port = upstream_url.removeprefix("http://").split(":")
+        self.upstream = (host, int(port))
+        self.mode = "forward"
+        self.port = 0
+        self._listener: socket.socket | None = None
+        self._threads: list[threading.Thread] = []
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(16)
+        self.port = listener.getsockname()[1]
+        self._listener = listener
+        thread = threading.Thread(target=self._accept, args=(listener,), daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self) -> None:
+        """Stop listening: new connections are refused."""
+        if self._listener is not None:
+            self._listener.shutdown(socket.SHUT_RDWR)
+            self._listener.close()
+            self._listener = None
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        upstream = socket.create_connection(self.upstream, timeout=10)
+        swallow = self.mode == "swallow"
+
+        def pump(src: socket.socket, dst: socket.socket | None) -> None:
+            try:
+                while chunk := src.recv(65536):
+                    if dst is not None:
+                        dst.sendall(chunk)
+            except OSError:
+                pass
+            finally:
+                for s in (src, dst):
+                    if s is not None:
+                        with contextlib.suppress(OSError):
+                            s.shutdown(socket.SHUT_RDWR)
+
+        forward = threading.Thread(target=pump, args=(conn, upstream), daemon=True)
+        forward.start()
+        pump(upstream, None if swallow else conn)
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)  # answered, or swallowed: hang up
+        forward.join(timeout=10)
+        conn.close()
+        upstream.close()
+
+
+@pytest.fixture
+def proxy(live_server):
+    p = Proxy(live_server.url)
+    yield p
+    p.stop()
+
+
+@pytest.fixture
+def reporter_at(tmp_path):
+    made = []
+
+    def make(url: str, policy: Policy | None = None, name: str = "device") -> Reporter:
+        reporter = Reporter(url, state_dir=str(tmp_path / name), policy=policy, timeout=(2, 10))
+        made.append(reporter)
+        return reporter
+
+    yield make
+    for reporter in made:
+        reporter.close()
+
+
+# -- tests ---------------------------------------------------------------------------------
+
+
+def test_report_then_estimate(live_server, tmp_path):
+    """300 devices report; the server's estimate recovers the distribution within 4.5 sd."""
+    epsilon = 2.0
+    campaign_id = krr_campaign(live_server, epsilon=epsilon)
+    truth = [0.4, 0.3, 0.2, 0.1]
+    n = 300
+    answers = [LABELS[i] for i, share in enumerate(truth) for _ in range(round(share * n))]
+    session = requests.Session()
+    for device, answer in enumerate(answers):
+        with Reporter(
+            live_server.url, state_dir=str(tmp_path / f"d{device}"), session=session
+        ) as reporter:
+            assert reporter.report(campaign_id, answer).outcome == "delivered"
+    session.close()
+    assert total(live_server, campaign_id) == n
+    response = requests.get(
+        f"{live_server.url}/api/v1/campaigns/{campaign_id}/estimate",
+        params={"method": "inversion"},
+        headers={"Authorization": f"Bearer {live_server.analyst_token}"},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["n"] == n
+    estimates = {row["label"]: row["frequency"] for row in body["estimates"]}
+    mechanism = KRR(epsilon=epsilon, domain=LABELS)
+    p, q = mechanism.p_keep, mechanism.p_other
+    for label, share in zip(LABELS, truth, strict=True):
+        observed = share * p + (1 - share) * q
+        sd = math.sqrt(observed * (1 - observed) / n) / (p - q)
+        assert abs(estimates[label] - share) < 4.5 * sd, (label, estimates[label], share, sd)
+
+
+def test_a_location_report_is_a_grid_cell_the_server_accepts(live_server, reporter_at):
+    campaign_id = planar_campaign(live_server)
+    reporter = reporter_at(live_server.url)
+    first = reporter.report(campaign_id, {"lat": 48.1234, "lon": 11.5678})
+    again = reporter.report(campaign_id, {"lat": 48.1234, "lon": 11.5678})
+    assert first.outcome == again.outcome == "delivered"
+    assert again.payload["value"] == first.payload["value"] and again.charged == 0
+    assert total(live_server, campaign_id) == 2
+    with pytest.raises(ReportError, match="outside the campaign region"):
+        reporter.report(campaign_id, {"lat": 48.2, "lon": 11.55})
+    assert total(live_server, campaign_id) == 2
+
+
+def test_same_value_twice_sends_the_identical_report_and_spends_once(live_server, reporter_at):
+    campaign_id = krr_campaign(live_server)
+    reporter = reporter_at(live_server.url)
+    first = reporter.report(campaign_id, "banana")
+    second = reporter.report(campaign_id, "banana")
+    assert second.payload["value"] == first.payload["value"]
+    assert second.payload["report_id"] != first.payload["report_id"]
+    assert (first.charged, second.charged) == (1.0, 0.0)
+    assert counts(live_server, campaign_id) == {first.payload["value"]: 2}
+    assert reporter.status()["budget"]["spent"] == 1.0
+
+
+def test_over_cap_and_over_budget_are_refused(live_server, reporter_at):
+    costly = krr_campaign(live_server, epsilon=3.0)
+    campaign_id = krr_campaign(live_server, epsilon=1.0)
+    reporter = reporter_at(live_server.url, Policy(max_epsilon=2.0, total_budget=2.5))
+    with pytest.raises(EpsilonCapExceeded):
+        reporter.report(costly, "apple")
+    reporter.report(campaign_id, "apple")
+    reporter.report(campaign_id, "banana")
+    with pytest.raises(BudgetExceeded):
+        reporter.report(campaign_id, "cherry")
+    assert total(live_server, costly) == 0
+    assert total(live_server, campaign_id) == 2
+    assert reporter.status()["budget"]["spent"] == 2.0
+
+
+def test_a_spec_changed_behind_the_api_is_refused(live_server, reporter_at):
+    """A breached server rewrites the stored spec: the device notices and refuses."""
+    campaign_id = krr_campaign(live_server, epsilon=1.0)
+    reporter = reporter_at(live_server.url, Policy(max_epsilon=5.0))
+    reporter.report(campaign_id, "apple")
+    altered = CampaignSpec.from_dict(
+        {"id": campaign_id, "title": "Fruit", "mechanism": "krr", "epsilon": 4.0, "domain": LABELS}
+    )
+    connection = redis.Redis.from_url(live_server.redis_url)
+    try:
+        connection.hset(f"ldp:{{c:{campaign_id}}}:campaign", "spec", altered.canonical_json())
+    finally:
+        connection.close()
+    served = requests.get(f"{live_server.url}/api/v1/campaigns/{campaign_id}", timeout=10).json()
+    assert served["epsilon"] == 4.0 and served["spec_hash"] == altered.spec_hash
+    with pytest.raises(SpecChanged):
+        reporter.report(campaign_id, "banana")
+    assert total(live_server, campaign_id) == 1
+    assert reporter.status()["budget"]["spent"] == 1.0
+
+
+def test_a_closed_campaign_is_refused(live_server, reporter_at):
+    campaign_id = krr_campaign(live_server)
+    response = requests.patch(
+        f"{live_server.url}/api/v1/campaigns/{campaign_id}",
+        json={"status": "closed"},
+        headers={"Authorization": f"Bearer {live_server.admin_token}"},
+        timeout=10,
+    )
+    assert response.status_code == 200, response.text
+    reporter = reporter_at(live_server.url)
+    with pytest.raises(CampaignClosed):
+        reporter.report(campaign_id, "apple")
+    assert reporter.status()["budget"]["spent"] == 0
+
+
+def test_server_down_then_flush_delivers_each_report_exactly_once(live_server, proxy, reporter_at):
+    campaign_id = krr_campaign(live_server)
+    reporter = reporter_at(proxy.url)
+    first = reporter.report(campaign_id, "apple")
+    assert first.outcome == "delivered"
+
+    proxy.stop()
+    queued = [reporter.report(campaign_id, v) for v in ("banana", "apple", "banana", "cherry")]
+    assert [r.outcome for r in queued] == ["queued"] * 4
+    assert reporter.flush().remaining == 4  # still down
+    assert total(live_server, campaign_id) == 1
+
+    proxy.mode = "swallow"  # the server stores the batch, the device never hears back
+    proxy.start()
+    swallowed = reporter.flush()
+    assert swallowed.remaining == 4 and swallowed.errors
+    assert total(live_server, campaign_id) == 5
+
+    proxy.mode = "forward"
+    flushed = reporter.flush()
+    assert (flushed.accepted, flushed.duplicates, flushed.remaining) == (0, 4, 0)
+    assert reporter.flush().attempted == 0
+    expected = Counter(r.payload["value"] for r in [first, *queued])
+    assert counts(live_server, campaign_id) == dict(expected)
+    assert reporter.status()["budget"]["spent"] == 3.0  # apple, banana, cherry
+
+
+def test_an_unreachable_server_for_a_new_campaign_spends_nothing(live_server, proxy, reporter_at):
+    campaign_id = krr_campaign(live_server)
+    reporter = reporter_at(proxy.url)
+    proxy.stop()
+    with pytest.raises(ServerUnavailable, match="nothing was spent or sent"):
+        reporter.report(campaign_id, "apple")
+    assert reporter.status()["budget"]["spent"] == 0
+    assert reporter.status()["queue"]["pending"] == 0
+
+
+def test_the_server_refuses_a_tampered_queued_report(live_server, proxy, reporter_at):
+    """A report queued under one spec is refused by the server once the spec changed."""
+    campaign_id = krr_campaign(live_server)
+    reporter = reporter_at(proxy.url)
+    reporter.report(campaign_id, "apple")
+    proxy.stop()
+    reporter.report(campaign_id, "banana")
+    altered = CampaignSpec.from_dict(
+        {
+            "id": campaign_id,
+            "title": "Fruit v2",
+            "mechanism": "krr",
+            "epsilon": 1.0,
+            "domain": LABELS,
+        }
+    )
+    connection = redis.Redis.from_url(live_server.redis_url)
+    try:
+        connection.hset(f"ldp:{{c:{campaign_id}}}:campaign", "spec", altered.canonical_json())
+    finally:
+        connection.close()
+    proxy.start()
+    result = reporter.flush()
+    assert result.remaining == 0 and len(result.rejected) == 1
+    assert result.rejected[0]["code"] == "spec_mismatch"
+    assert json.loads(json.dumps(reporter.status()))["rejected"][0]["error"]["status"] == 409
+    assert total(live_server, campaign_id) == 1
