@@ -6,7 +6,6 @@ import json
 import math
 import re
 import secrets
-import sys
 import time
 from typing import Any
 
@@ -457,7 +456,9 @@ def _run_via(
     else:
         click.echo(format_via(result))
     if result.failed:
-        sys.exit(2)
+        raise click.ClickException(
+            f"{result.failed} of {result.n_users} simulated users could not report"
+        )
 
 
 # -- output -------------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ from aggregator.estimation import METHODS, channel_for
 from aggregator.simulate.metrics import Scores, score
 from aggregator.simulate.populations import Population
 from aggregator.simulate.runner import NOISY, check_compatible, estimate_methods
-from client import ClientError, Policy, Reporter, ServerUnavailable
+from client import Policy, Reporter, ServerUnavailable
 from client.policy import DEFAULT_MAX_EPSILON, DEFAULT_TOTAL_BUDGET
 from client.reporter import DELIVERED, DUPLICATE, QUEUED
 from client.transport import normalize_server_url
@@ -458,7 +458,7 @@ def _report_all(
                 for future in as_completed(futures):
                     try:
                         outcomes[future.result()] += 1
-                    except (ClientError, LDPError) as exc:
+                    except LDPError as exc:
                         errors[getattr(exc, "message", str(exc))] += 1
                     bar.update()
         finally:
