@@ -108,7 +108,7 @@ class IBU:
     report distribution after every iteration; the iteration count that
     maximises the summed held-out score is then run on all reports. The
     curves are followed until the best score is ``patience`` iterations old
-    (at least 10, at least half the best count) or IBU has converged.
+    (at least 25, at least the best count itself) or IBU has converged.
     ``stopping="tolerance"`` runs until no frequency changes by more than
     ``tol`` (or ``max_iter``), which is the plain maximum-likelihood estimate.
 
@@ -197,7 +197,7 @@ class IBU:
             scores.append(score)
             if score > scores[best]:
                 best = step
-            if change <= self.tol or step - best >= max(10, best // 2):
+            if change <= self.tol or step - best >= max(25, best):
                 break
         return best + 1, np.asarray(scores)
 
