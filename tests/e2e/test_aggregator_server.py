@@ -144,6 +144,7 @@ def make_batches(n_clients: int, n_batches: int, size: int) -> list[list[list[di
 
 
 def run_clients(server: Server, per_client: list[list[list[dict]]], during=None) -> int:
+    """Run one thread per client; ``during(accepted)`` runs meanwhile, seeing the acks so far."""
     url = f"{server.url}/campaigns/e2e/reports"
     accepted: list[int] = []
     threads = [
@@ -153,7 +154,7 @@ def run_clients(server: Server, per_client: list[list[list[dict]]], during=None)
     for thread in threads:
         thread.start()
     if during is not None:
-        during()
+        during(accepted)
     for thread in threads:
         thread.join(timeout=120)
     return sum(accepted)
@@ -192,17 +193,27 @@ def test_concurrent_clients_with_retries_are_counted_once(server):
 
 def test_a_killed_worker_loses_no_acknowledged_report(server):
     requests.post(f"{server.url}/campaigns", json=SPEC, headers=ADMIN, timeout=TIMEOUT)
-    per_client = make_batches(n_clients=4, n_batches=30, size=20)
+    per_client = make_batches(n_clients=4, n_batches=60, size=20)
+    total_batches = 4 * 60
     victims = server.workers()
     assert len(victims) == 2
+    acks_at_kill = []
 
-    def kill_a_worker():
-        time.sleep(0.3)
+    def kill_a_worker(accepted):
+        # Mid-stream: once a quarter of the batches are acknowledged.
+        deadline = time.monotonic() + 60
+        while len(accepted) < total_batches // 4 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        acks_at_kill.append(len(accepted))
         os.kill(victims[0], signal.SIGKILL)
 
     run_clients(server, per_client, during=kill_a_worker)
-    assert victims[0] not in server.workers()
+    assert total_batches // 4 <= acks_at_kill[0] < total_batches
     assert counts(server) == expected_counts(per_client)
+    deadline = time.monotonic() + 30
+    while victims[0] in server.workers() or len(server.workers()) != 2:
+        assert time.monotonic() < deadline, "gunicorn did not replace the killed worker"
+        time.sleep(0.1)
 
 
 def test_reports_survive_a_server_restart(server):
