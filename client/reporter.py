@@ -62,6 +62,8 @@ MAX_REJECTED_KEPT = 1_000
 MAX_BATCH = 100
 BACKOFF_BASE_S = 30.0
 BACKOFF_MAX_S = 6 * 3600.0
+# A report being sent is not due for a periodic flush (another process's) before this.
+IN_FLIGHT_S = 60.0
 # Relative slack for float sums when comparing with the budget and the cap.
 _SLACK = 1e-9
 _LABELS_SHOWN = 20
@@ -275,7 +277,9 @@ class Reporter:
                 campaign_id=campaign_id,
                 payload=prepared.payload,
                 created_at=now,
-                next_attempt_at=now + (prepared.offline_retry_after or 0.0),
+                # In flight: not due for another process's flush until this send is over.
+                next_attempt_at=now
+                + (IN_FLIGHT_S if prepared.online else prepared.offline_retry_after or 0.0),
             )
             state.queue.append(entry)
             spent = state.total_spent
@@ -516,13 +520,13 @@ class Reporter:
 
     def _remove(self, report_ids: list[str]) -> None:
         gone = set(report_ids)
-        with self.store.transaction() as state:
+        with self.store.transaction(durable=False) as state:
             state.queue = [e for e in state.queue if e.report_id not in gone]
 
     def _retry_later(self, report_ids: list[str], exc: ServerUnavailable) -> None:
         now = self.clock()
         ids = set(report_ids)
-        with self.store.transaction() as state:
+        with self.store.transaction(durable=False) as state:
             for entry in state.queue:
                 if entry.report_id in ids:
                     entry.attempts += 1
@@ -533,7 +537,7 @@ class Reporter:
         now = self.clock()
         ids = set(report_ids)
         error = {**exc.to_dict(), "status": exc.status}
-        with self.store.transaction() as state:
+        with self.store.transaction(durable=False) as state:
             keep = []
             for entry in state.queue:
                 if entry.report_id in ids:

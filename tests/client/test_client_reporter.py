@@ -21,7 +21,7 @@ from client import (
     SpecChanged,
     UntrustedSpec,
 )
-from client.reporter import BACKOFF_BASE_S
+from client.reporter import BACKOFF_BASE_S, IN_FLIGHT_S
 from client.state import STATE_FILE
 from shared.errors import ReportError
 from shared.mechanisms import Mechanism
@@ -431,3 +431,18 @@ def test_an_offline_report_waits_as_long_as_the_server_asked(fake, make_reporter
     assert reporter.report("fruit", "banana").outcome == "queued"
     [entry] = reporter.store.read().queue
     assert entry.attempts == 0 and entry.next_attempt_at == now[0] + 300
+
+
+def test_a_report_in_flight_is_left_to_its_own_process(fake, make_reporter):
+    """Another run's opportunistic flush skips a report that is still being sent."""
+    now = [3_000_000.0]
+    fake.post_mode = "crash"  # the first process dies while sending
+    with pytest.raises(Crash):
+        make_reporter(clock=lambda: now[0]).report("fruit", "apple")
+    fake.post_mode = "up"
+    other = make_reporter(clock=lambda: now[0])
+    other.report("fruit", "banana")
+    assert other.status()["queue"]["pending"] == 1 and fake.count("fruit") == 1
+    now[0] += IN_FLIGHT_S + 1  # long past any send: the orphan is due
+    other.report("fruit", "banana")
+    assert other.status()["queue"]["pending"] == 0 and fake.count("fruit") == 3
