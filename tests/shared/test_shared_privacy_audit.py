@@ -104,12 +104,10 @@ def jobs():
     return out
 
 
-@pytest.fixture(scope="module")
-def audit_counts():
-    """Output counts of N_AUDIT scalar draws per input, computed once in WORKERS processes."""
-    work = jobs()
+def draw(work) -> dict:
+    """Output counts of N_AUDIT scalar draws for each ``(key, mechanism, x)``, in WORKERS processes."""
     # Planar draws are ~8x slower than k-RR ones; start them first so the two workers finish together.
-    work.sort(key=lambda job: not isinstance(job[1], PlanarLaplace))
+    work = sorted(work, key=lambda job: not isinstance(job[1], PlanarLaplace))
     seeds = [20_000 + i for i in range(len(work))]
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=WORKERS, mp_context=context) as pool:
@@ -121,9 +119,15 @@ def audit_counts():
             seeds,
         )
         counts = {job[0]: result for job, result in zip(work, results, strict=True)}
-    for (_, x), result in counts.items():
-        assert result.sum() == N_AUDIT, x
+    for key, result in counts.items():
+        assert result.sum() == N_AUDIT, key
     return counts
+
+
+@pytest.fixture(scope="module")
+def audit_counts():
+    """The draws of every case of the default run, computed once."""
+    return draw(jobs())
 
 
 def audit_pairs(counts, case: str, pairs, bound_of, n_outputs: int):
@@ -222,3 +226,32 @@ def test_planar_negative_control_larger_epsilon_is_caught(audit_counts):
     caught = {pair for pair, check in checks.items() if check.excess > 0}
     # Every pair: the worst output exceeds the intended channel's loss by more than the tolerance.
     assert caught == set(pairs), {p: checks[p] for p in set(pairs) - caught}
+
+
+# -- the extended audit (slow: about a minute on two cores) ------------------------------
+
+
+@pytest.mark.slow
+def test_extended_audit_every_pair_of_krr_50_and_of_a_planar_grid():
+    krr = KRR(epsilon=3.0, domain=labels(50))
+    grid = small_grid(4, 4, 100.0)
+    planar = PlanarLaplace(epsilon=0.01, grid=grid)
+    work = [(("krr", x), krr, x) for x in range(krr.k)]
+    work += [(("planar", x), planar, x) for x in range(grid.n_cells)]
+    counts = draw(work)
+
+    krr_pairs = list(itertools.permutations(range(krr.k), 2))
+    checks = audit_pairs(counts, "krr", krr_pairs, lambda x, o: krr.epsilon, krr.k)
+    assert max(check.excess for check in checks.values()) <= 0
+    assert min(check.largest for check in checks.values()) >= krr.epsilon - 0.1
+
+    channel = planar_channel(planar)
+
+    def bound(x, other):
+        geo = centre_distance_cells(grid, x, other) * planar.epsilon * grid.cell_size_m
+        return min(geo, exact_loss(channel, x, other))
+
+    planar_pairs = list(itertools.permutations(range(grid.n_cells), 2))
+    checks = audit_pairs(counts, "planar", planar_pairs, bound, planar.n_outputs)
+    worst = max(checks.items(), key=lambda item: item[1].excess)
+    assert worst[1].excess <= 0, worst
