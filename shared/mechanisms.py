@@ -250,7 +250,7 @@ class PlanarLaplace(Mechanism):
     is sent. For raw locations ``u, v`` the guarantee is ``epsilon *
     d(centre(u), centre(v)) <= epsilon * (d(u, v) + cell * sqrt(2))``, and two
     locations in one cell cannot be told apart at all.
-    ``shared.privacy.guarantee`` states these figures for a campaign.
+    docs/privacy.md states what each campaign setting gives a user.
     """
 
     name = PLANAR_LAPLACE
