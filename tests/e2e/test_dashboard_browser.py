@@ -429,6 +429,14 @@ def test_a_report_posted_while_the_page_is_open_shows_up(tab, seeder, campaigns)
     start = seeder.get(f"/campaigns/{live['id']}/estimate")["n"]
     tab.wait_rendered(n=start)
     tab.page.evaluate("window.loadedOnce = true")
+    requests_made: list[str] = []
+    tab.page.on("request", lambda request: requests_made.append(request.url))
+    # Polls with no new report fetch the summary only, never the estimate again.
+    for _ in range(2):
+        with tab.page.expect_response(lambda response: "/summary" in response.url):
+            tab.page.click("#refresh-now")
+    assert sum("/summary" in url for url in requests_made) == 2
+    assert not any("/estimate" in url for url in requests_made)
     seeder.post(live, ["yes"] * 5, seed=start)
     expect(tab.page.locator("#n-reports")).to_have_text(f"{start + 5:,}", timeout=RENDER_TIMEOUT_MS)
     tab.wait_rendered(n=start + 5)

@@ -21,7 +21,9 @@
   var topSelect = document.getElementById("top");
   var statusLine = document.getElementById("refresh-status");
 
-  var state = { n: null, estimate: null, estimateKey: null, timer: null, stopped: false };
+  var state = {
+    n: null, estimate: null, estimateKey: null, pending: {}, timer: null, stopped: false,
+  };
 
   function SessionEnded() {}
 
@@ -207,6 +209,13 @@
 
   /* -- estimate: locations -------------------------------------------------------------- */
 
+  /* Enough decimals, and no more, for the colour bar's ticks to differ. */
+  function shareFormat(zmax) {
+    var step = (zmax * 100) / 5; // plotly draws about five ticks
+    var digits = Math.max(0, Math.min(4, Math.ceil(-Math.log10(step))));
+    return "." + digits + "%";
+  }
+
   function renderHeatmaps(estimate) {
     var h = estimate.heatmap;
     var latMid = (h.lat[0] + h.lat[h.lat.length - 1]) / 2;
@@ -220,7 +229,7 @@
         zmin: 0,
         zmax: zmax,
         colorscale: colorscale,
-        colorbar: { title: { text: "share" }, tickformat: ".1%", thickness: 14 },
+        colorbar: { title: { text: "share" }, tickformat: shareFormat(zmax), thickness: 14 },
         hovertemplate:
           "lat %{y:.5f}°, lon %{x:.5f}°<br>" + label + " %{z:.2%}<extra></extra>",
       };
@@ -336,39 +345,60 @@
     statusLine.textContent = "Could not refresh: " + (error.message || error) + ". Retrying.";
   }
 
+  /* At most one estimate request per method is in flight: a slow estimate (a large grid)
+   * is never asked for again while it is being computed. */
   function refreshEstimate() {
-    var key = methodSelect.value + "@" + state.n;
+    var method = methodSelect.value;
+    var key = method + "@" + state.n;
     if (key === state.estimateKey) {
       return Promise.resolve();
     }
-    return getJSON(withMethod(cfg.estimateUrl)).then(
-      function (estimate) {
-        if (estimate.method !== methodSelect.value) {
-          return; // the estimator was switched meanwhile; its own request draws the chart
+    if (state.pending[method]) {
+      return state.pending[method];
+    }
+    setBusy(true);
+    var request = getJSON(withMethod(cfg.estimateUrl))
+      .then(
+        function (estimate) {
+          if (estimate.method !== methodSelect.value) {
+            return; // the estimator was switched meanwhile; its own request draws the chart
+          }
+          state.estimate = estimate;
+          state.estimateKey = estimate.method + "@" + estimate.n;
+          renderEstimate(estimate);
+        },
+        function (error) {
+          if (error instanceof ApiError && error.status === 422) {
+            state.estimateKey = key;
+            showMessage(error.message);
+            root.dataset.renderedMethod = method;
+            return;
+          }
+          throw error;
         }
-        state.estimate = estimate;
-        state.estimateKey = estimate.method + "@" + estimate.n;
-        renderEstimate(estimate);
-      },
-      function (error) {
-        if (error instanceof ApiError && error.status === 422) {
-          state.estimateKey = key;
-          showMessage(error.message);
-          root.dataset.renderedMethod = methodSelect.value;
-          return;
-        }
-        throw error;
-      }
-    );
+      )
+      .finally(function () {
+        delete state.pending[method];
+        setBusy(Object.keys(state.pending).length > 0);
+      });
+    state.pending[method] = request;
+    return request;
   }
 
+  function setBusy(busy) {
+    document.getElementById("estimate-busy").hidden = !busy;
+    document.getElementById("estimate-section").setAttribute("aria-busy", String(busy));
+  }
+
+  /* Poll the summary on a timer; the estimate is fetched alongside, without holding the
+   * timer back, so the report count keeps moving while a large estimate is computed. */
   function refresh() {
     window.clearTimeout(state.timer);
     return getJSON(cfg.summaryUrl)
       .then(function (summary) {
         state.n = summary.n_reports;
         renderSummary(summary);
-        return refreshEstimate();
+        refreshEstimate().then(stamp, fail);
       })
       .then(stamp, fail)
       .then(function () {
