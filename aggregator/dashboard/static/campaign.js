@@ -308,7 +308,8 @@
       ? "closed form"
       : estimate.n_iter + (estimate.converged === false ? " (not converged)" : "");
     setText("estimate-iterations", iterations);
-    setText("estimate-seconds", (estimate.seconds * 1000).toFixed(0) + " ms");
+    var ms = estimate.seconds * 1000;
+    setText("estimate-seconds", ms < 1 ? "under 1 ms" : ms.toFixed(0) + " ms");
     setText("estimate-intervals", percent(estimate.confidence, 0) + ", " + estimate.interval_method);
     if (planar) {
       renderHeatmaps(estimate);
