@@ -14,7 +14,6 @@ from aggregator.errors import APIError
 from aggregator.reports import parse_submission
 from aggregator.store import STATUSES, Campaign
 from shared.errors import ValidationError
-from shared.mechanisms import Mechanism
 from shared.spec import ID_PATTERN, CampaignSpec
 
 bp = flask.Blueprint("api", __name__, url_prefix="/api/v1")
@@ -98,7 +97,7 @@ def submit_reports(campaign_id: str) -> flask.Response:
     campaign = load_campaign(campaign_id)
     reports = parse_submission(
         json_body(),
-        Mechanism.from_spec(campaign.spec),
+        campaign.mechanism,
         campaign.spec_hash,
         max_batch=flask.current_app.config["MAX_BATCH"],
     )
@@ -119,9 +118,8 @@ def get_counts(campaign_id: str) -> flask.Response:
     """Reports per output symbol and per hour (the raw material of the dashboards)."""
     campaign = load_campaign(campaign_id)
     store = get_store()
-    mechanism = Mechanism.from_spec(campaign.spec)
     counts = store.counts(campaign_id)
-    labels = estimates.output_labels(mechanism)
+    labels = estimates.output_labels(campaign.mechanism)
     return flask.jsonify(
         {
             "campaign": campaign_id,

@@ -76,7 +76,7 @@ def estimate_response(
     ``method`` and ``confidence`` are already parsed. With no reports yet the
     response has ``n = 0`` and an empty ``estimates`` list.
     """
-    mechanism = Mechanism.from_spec(campaign.spec)
+    mechanism = campaign.mechanism
     vector = count_vector(counts, mechanism.n_outputs)
     head = {"campaign": campaign.spec.id, "spec_hash": campaign.spec_hash}
     if not vector.any():

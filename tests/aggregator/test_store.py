@@ -156,3 +156,23 @@ def test_stored_values_are_json(store):
     store.ingest(planar.id, [StoredReport(new_id(), 3, {"lat": 37.771, "lon": -122.419})])
     raw = store.connection.xrange(store.STREAM_KEY.format(id=planar.id))
     assert json.loads(raw[0][1][b"value"]) == {"lat": 37.771, "lon": -122.419}
+
+
+def test_a_spec_is_read_and_parsed_once_per_store(store, monkeypatch):
+    from aggregator import store as store_module
+
+    store.create_campaign(KRR)
+    first = store.get_campaign(KRR.id)
+    # Corrupt the stored spec: a store that re-read it would now fail to parse it.
+    store.connection.hset(store.CAMPAIGN_KEY.format(id=KRR.id), "spec", "{not json")
+    again = store.get_campaign(KRR.id)
+    assert again.spec is first.spec
+    assert again.mechanism is first.mechanism
+    fresh = store_module.CampaignStore(store.connection)
+    with pytest.raises(ValueError):
+        fresh.get_campaign(KRR.id)
+    # The cache is bounded: with room for one spec, another campaign evicts this one.
+    monkeypatch.setattr(store_module, "SPEC_CACHE_SIZE", 1)
+    store.create_campaign(CampaignSpec.from_dict(PLANAR_SPEC))
+    with pytest.raises(ValueError):
+        store.get_campaign(KRR.id)
