@@ -14,7 +14,7 @@ from aggregator.errors import APIError
 from aggregator.reports import parse_submission
 from aggregator.store import STATUSES, Campaign
 from shared.errors import ValidationError
-from shared.spec import ID_PATTERN, CampaignSpec
+from shared.spec import ID_PATTERN, SERVER_FIELDS, CampaignSpec
 
 bp = flask.Blueprint("api", __name__, url_prefix="/api/v1")
 
@@ -57,7 +57,7 @@ def list_campaigns() -> flask.Response:
 def create_campaign() -> tuple[flask.Response, int]:
     body = json_body()
     if isinstance(body, dict):
-        server_fields = sorted(set(body) & {"status", "spec_hash", "created_at"})
+        server_fields = sorted(set(body) & SERVER_FIELDS)
         if server_fields:
             field = server_fields[0]
             raise ValidationError(f"{field} is set by the server", field=field, code="invalid_spec")

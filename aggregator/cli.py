@@ -16,7 +16,7 @@ import click
 import redis
 
 from aggregator import estimates
-from aggregator.redis_server import DEFAULT_DATA_DIR, FSYNC_POLICIES, EmbeddedRedis
+from aggregator.redis_server import DEFAULT_DATA_DIR, FSYNC_POLICIES, EmbeddedRedis, connect_url
 from aggregator.store import CLOSED, OPEN, CampaignStore
 from shared.errors import LDPError
 from shared.spec import CampaignSpec
@@ -26,14 +26,15 @@ class StoreOpener:
     """Opens the store once per command; stops an embedded server it had to start."""
 
     def __init__(self, redis_url: str | None, data_dir: str, fsync: str) -> None:
-        self.redis_url = redis_url
-        self.embedded = None if redis_url else EmbeddedRedis(data_dir, appendfsync=fsync)
+        self._settings = (redis_url, data_dir, fsync)
+        self._url: str | None = None
+        self.embedded: EmbeddedRedis | None = None
         self._store: CampaignStore | None = None
 
     def url(self) -> str:
-        if self.embedded is not None:
-            return self.embedded.start()
-        return self.redis_url  # type: ignore[return-value]
+        if self._url is None:
+            self._url, self.embedded = connect_url(*self._settings)
+        return self._url
 
     def store(self) -> CampaignStore:
         if self._store is None:

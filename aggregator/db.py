@@ -8,7 +8,7 @@ import threading
 import flask
 import redis
 
-from aggregator.redis_server import EmbeddedRedis
+from aggregator.redis_server import EmbeddedRedis, connect_url
 from aggregator.store import CampaignStore
 
 EXTENSION = "ldp"
@@ -26,12 +26,10 @@ class StoreHandle:
     def get(self) -> CampaignStore:
         with self._lock:
             if self._store is None:
-                url = self._config["REDIS_URL"]
-                if not url:
-                    self.embedded = EmbeddedRedis(
-                        self._config["DATA_DIR"], appendfsync=self._config["REDIS_FSYNC"]
-                    )
-                    url = self.embedded.start()
+                url, self.embedded = connect_url(
+                    self._config["REDIS_URL"], self._config["DATA_DIR"], self._config["REDIS_FSYNC"]
+                )
+                if self.embedded is not None:
                     atexit.register(self.embedded.stop)
                 connection = redis.Redis.from_url(url, health_check_interval=30)
                 self._store = CampaignStore(

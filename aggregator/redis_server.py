@@ -42,6 +42,20 @@ def redis_executable() -> str:
     return found
 
 
+def connect_url(
+    redis_url: str | None, data_dir: str | os.PathLike, appendfsync: str
+) -> tuple[str, EmbeddedRedis | None]:
+    """The Redis URL to use: ``redis_url`` if given, else the embedded server in ``data_dir``.
+
+    Returns the URL and, when the embedded server was asked for, its handle (which
+    owns the process only if this call started it).
+    """
+    if redis_url:
+        return redis_url, None
+    embedded = EmbeddedRedis(data_dir, appendfsync=appendfsync)
+    return embedded.start(), embedded
+
+
 class EmbeddedRedis:
     """A Redis server for one data directory, reached over a unix socket.
 
