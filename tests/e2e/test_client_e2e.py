@@ -304,7 +304,10 @@ def test_a_spec_changed_behind_the_api_is_refused(live_server, reporter_at):
     )
     connection = redis.Redis.from_url(live_server.redis_url)
     try:
-        connection.hset(f"ldp:{{c:{campaign_id}}}:campaign", "spec", altered.canonical_json())
+        connection.hset(
+            f"ldp:{{c:{campaign_id}}}:campaign",
+            mapping={"spec": altered.canonical_json(), "spec_hash": altered.spec_hash},
+        )
     finally:
         connection.close()
     served = requests.get(f"{live_server.url}/api/v1/campaigns/{campaign_id}", timeout=10).json()
@@ -385,7 +388,10 @@ def test_the_server_refuses_a_tampered_queued_report(live_server, proxy, reporte
     )
     connection = redis.Redis.from_url(live_server.redis_url)
     try:
-        connection.hset(f"ldp:{{c:{campaign_id}}}:campaign", "spec", altered.canonical_json())
+        connection.hset(
+            f"ldp:{{c:{campaign_id}}}:campaign",
+            mapping={"spec": altered.canonical_json(), "spec_hash": altered.spec_hash},
+        )
     finally:
         connection.close()
     proxy.start()
