@@ -134,25 +134,30 @@ def _warn_if_not_durable(url: str) -> None:
 
 
 @main.group()
-def campaigns() -> None:
+def campaign() -> None:
     """List, create, show, open and close campaigns."""
 
 
-@campaigns.command("list")
+@campaign.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the campaigns as a JSON list.")
 @click.pass_obj
-def campaigns_list(opener: StoreOpener) -> None:
+def campaign_list(opener: StoreOpener, as_json: bool) -> None:
     """One line per campaign: id, mechanism, status, reports, title."""
-    for campaign in opener.store().list_campaigns():
+    campaigns = opener.store().list_campaigns()
+    if as_json:
+        _echo_json([{**c.to_wire(), "n_reports": c.n_reports} for c in campaigns])
+        return
+    for campaign in campaigns:
         spec = campaign.spec
         click.echo(
             f"{spec.id}\t{spec.mechanism}\t{campaign.status}\t{campaign.n_reports}\t{spec.title}"
         )
 
 
-@campaigns.command("create")
+@campaign.command("create")
 @click.argument("spec_file", type=click.File("r", encoding="utf-8"))
 @click.pass_obj
-def campaigns_create(opener: StoreOpener, spec_file: Any) -> None:
+def campaign_create(opener: StoreOpener, spec_file: Any) -> None:
     """Create a campaign from a JSON spec file ('-' reads standard input)."""
     try:
         raw = json.load(spec_file)
@@ -165,34 +170,34 @@ def campaigns_create(opener: StoreOpener, spec_file: Any) -> None:
     _echo_json(campaign.to_wire())
 
 
-@campaigns.command("show")
+@campaign.command("show")
 @click.argument("campaign_id")
 @click.pass_obj
-def campaigns_show(opener: StoreOpener, campaign_id: str) -> None:
+def campaign_show(opener: StoreOpener, campaign_id: str) -> None:
     """Print a campaign's spec, hash, status and report count."""
     campaign = opener.store().get_campaign(campaign_id)
     _echo_json({**campaign.to_wire(), "n_reports": campaign.n_reports})
 
 
-@campaigns.command("close")
+@campaign.command("close")
 @click.argument("campaign_id")
 @click.pass_obj
-def campaigns_close(opener: StoreOpener, campaign_id: str) -> None:
+def campaign_close(opener: StoreOpener, campaign_id: str) -> None:
     """Stop accepting reports for a campaign."""
     opener.store().set_status(campaign_id, CLOSED)
     click.echo(f"campaign {campaign_id!r} closed")
 
 
-@campaigns.command("open")
+@campaign.command("open")
 @click.argument("campaign_id")
 @click.pass_obj
-def campaigns_open(opener: StoreOpener, campaign_id: str) -> None:
+def campaign_open(opener: StoreOpener, campaign_id: str) -> None:
     """Accept reports for a campaign again."""
     opener.store().set_status(campaign_id, OPEN)
     click.echo(f"campaign {campaign_id!r} open")
 
 
-@main.command("estimates")
+@main.command("estimate")
 @click.argument("campaign_id")
 @click.option(
     "--method",
@@ -208,7 +213,7 @@ def campaigns_open(opener: StoreOpener, campaign_id: str) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")
 @click.pass_obj
-def estimates_command(
+def estimate_command(
     opener: StoreOpener, campaign_id: str, method: str, confidence: float, as_json: bool
 ) -> None:
     """Estimate a campaign's distribution with confidence intervals."""

@@ -23,68 +23,70 @@ def write_spec(tmp_path, spec=KRR_SPEC):
 
 
 def test_create_list_show_close_open(runner, redis_url, tmp_path):
-    created = run(runner, redis_url, "campaigns", "create", write_spec(tmp_path))
+    created = run(runner, redis_url, "campaign", "create", write_spec(tmp_path))
     assert created.exit_code == 0, created.output
     assert json.loads(created.output)["spec_hash"] == CampaignSpec.from_dict(KRR_SPEC).spec_hash
-    listed = run(runner, redis_url, "campaigns", "list")
+    listed = run(runner, redis_url, "campaign", "list")
     assert listed.output.split("\t")[:4] == ["fruit", "krr", "open", "0"]
-    assert run(runner, redis_url, "campaigns", "close", "fruit").exit_code == 0
-    shown = json.loads(run(runner, redis_url, "campaigns", "show", "fruit").output)
+    listed_json = json.loads(run(runner, redis_url, "campaign", "list", "--json").output)
+    assert [(c["id"], c["status"], c["n_reports"]) for c in listed_json] == [("fruit", "open", 0)]
+    assert run(runner, redis_url, "campaign", "close", "fruit").exit_code == 0
+    shown = json.loads(run(runner, redis_url, "campaign", "show", "fruit").output)
     assert shown["status"] == "closed"
     assert shown["n_reports"] == 0
-    assert run(runner, redis_url, "campaigns", "open", "fruit").exit_code == 0
+    assert run(runner, redis_url, "campaign", "open", "fruit").exit_code == 0
     assert (
-        json.loads(run(runner, redis_url, "campaigns", "show", "fruit").output)["status"] == "open"
+        json.loads(run(runner, redis_url, "campaign", "show", "fruit").output)["status"] == "open"
     )
 
 
 def test_create_from_stdin_and_again(runner, redis_url):
-    first = run(runner, redis_url, "campaigns", "create", "-", input=json.dumps(KRR_SPEC))
+    first = run(runner, redis_url, "campaign", "create", "-", input=json.dumps(KRR_SPEC))
     assert first.exit_code == 0
-    again = run(runner, redis_url, "campaigns", "create", "-", input=json.dumps(KRR_SPEC))
+    again = run(runner, redis_url, "campaign", "create", "-", input=json.dumps(KRR_SPEC))
     assert again.exit_code == 0
     assert "already exists" in again.stderr
 
 
 def test_library_errors_become_error_lines(runner, redis_url, tmp_path):
     bad = run(
-        runner, redis_url, "campaigns", "create", write_spec(tmp_path, {**KRR_SPEC, "epsilon": 0})
+        runner, redis_url, "campaign", "create", write_spec(tmp_path, {**KRR_SPEC, "epsilon": 0})
     )
     assert bad.exit_code == 1
     assert bad.stderr.startswith("Error: epsilon must be > 0")
     broken = tmp_path / "broken.json"
     broken.write_text("{")
-    not_json = run(runner, redis_url, "campaigns", "create", str(broken))
+    not_json = run(runner, redis_url, "campaign", "create", str(broken))
     assert not_json.exit_code == 1
     assert "not valid JSON" in not_json.stderr
-    missing = run(runner, redis_url, "campaigns", "show", "nope")
+    missing = run(runner, redis_url, "campaign", "show", "nope")
     assert missing.exit_code == 1
     assert missing.stderr == "Error: no campaign 'nope'\n"
-    down = runner.invoke(main, ["--redis-url", "redis://127.0.0.1:1/0", "campaigns", "list"])
+    down = runner.invoke(main, ["--redis-url", "redis://127.0.0.1:1/0", "campaign", "list"])
     assert down.exit_code == 1
     assert down.stderr.startswith("Error: the report store is unavailable")
 
 
 def test_estimates_table_and_json(runner, redis_url, store, tmp_path):
-    run(runner, redis_url, "campaigns", "create", write_spec(tmp_path))
+    run(runner, redis_url, "campaign", "create", write_spec(tmp_path))
     spec = CampaignSpec.from_dict(KRR_SPEC)
     store.ingest("fruit", [StoredReport(new_id(), i % 2, spec.domain[i % 2]) for i in range(60)])
-    table = run(runner, redis_url, "estimates", "fruit", "--method", "inversion")
+    table = run(runner, redis_url, "estimate", "fruit", "--method", "inversion")
     assert table.exit_code == 0, table.output
     lines = table.output.splitlines()
     assert lines[0] == "campaign fruit  method inversion  n 60"
     assert [line.split()[0] for line in lines[-4:]] == list(spec.domain)
-    as_json = json.loads(run(runner, redis_url, "estimates", "fruit", "--json").output)
+    as_json = json.loads(run(runner, redis_url, "estimate", "fruit", "--json").output)
     assert as_json["method"] == "ibu"
     assert as_json["n"] == 60
-    wrong = run(runner, redis_url, "estimates", "fruit", "--method", "median")
+    wrong = run(runner, redis_url, "estimate", "fruit", "--method", "median")
     assert wrong.exit_code == 2
-    level = run(runner, redis_url, "estimates", "fruit", "--confidence", "1")
+    level = run(runner, redis_url, "estimate", "fruit", "--confidence", "1")
     assert level.exit_code == 2
 
 
 def test_export_writes_every_report_as_json_lines(runner, redis_url, store, tmp_path):
-    run(runner, redis_url, "campaigns", "create", write_spec(tmp_path))
+    run(runner, redis_url, "campaign", "create", write_spec(tmp_path))
     spec = CampaignSpec.from_dict(KRR_SPEC)
     sent = [StoredReport(new_id(), i % 4, spec.domain[i % 4]) for i in range(2500)]
     for start in range(0, 2500, 500):
@@ -102,10 +104,10 @@ def test_export_writes_every_report_as_json_lines(runner, redis_url, store, tmp_
 def test_embedded_store_in_a_data_directory(runner, tmp_path):
     data = tmp_path / "data"
     args = ["--data-dir", str(data)]
-    created = runner.invoke(main, [*args, "campaigns", "create", write_spec(tmp_path)])
+    created = runner.invoke(main, [*args, "campaign", "create", write_spec(tmp_path)])
     assert created.exit_code == 0, created.output
     # The command stopped the server it started; the next one finds the campaign on disk.
     assert not EmbeddedRedis(data).is_running()
     assert (data / "appendonly.aof").exists()
-    listed = runner.invoke(main, [*args, "campaigns", "list"])
+    listed = runner.invoke(main, [*args, "campaign", "list"])
     assert listed.output.startswith("fruit\tkrr\topen")
