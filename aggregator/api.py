@@ -7,9 +7,9 @@ from typing import Any
 
 import flask
 
-from aggregator import estimates
+from aggregator import estimates, export
 from aggregator.auth import ADMIN, ANALYST, require
-from aggregator.db import get_store
+from aggregator.db import get_channels, get_store
 from aggregator.errors import APIError
 from aggregator.reports import parse_submission
 from aggregator.store import STATUSES, Campaign
@@ -17,6 +17,8 @@ from shared.errors import ValidationError
 from shared.spec import ID_PATTERN, SERVER_FIELDS, CampaignSpec
 
 bp = flask.Blueprint("api", __name__, url_prefix="/api/v1")
+# Whether an estimate was served from the cache (``hit``) or computed for this request.
+ESTIMATE_CACHE_HEADER = "X-Estimate-Cache"
 
 
 def _reject_constant(name: str) -> None:
@@ -112,34 +114,51 @@ def submit_reports(campaign_id: str) -> flask.Response:
     )
 
 
+def _check_parameters(allowed: set[str]) -> None:
+    unknown = sorted(set(flask.request.args) - allowed)
+    if unknown:
+        raise ValidationError(
+            f"unknown parameter {unknown[0]!r}", field=unknown[0], code="invalid_parameter"
+        )
+
+
+def _csv_download(text: str, filename: str) -> flask.Response:
+    response = flask.Response(text, mimetype=export.CSV_MEDIA_TYPE)
+    response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
 @bp.get("/campaigns/<campaign_id>/counts")
 @require(ANALYST)
 def get_counts(campaign_id: str) -> flask.Response:
     """Reports per output symbol and per hour (the raw material of the dashboards)."""
+    _check_parameters({"format"})
+    output = export.parse_format(flask.request.args.get("format"))
     campaign = load_campaign(campaign_id)
     store = get_store()
     counts = store.counts(campaign_id)
-    labels = estimates.output_labels(campaign.mechanism)
-    return flask.jsonify(
-        {
-            "campaign": campaign_id,
-            "n": sum(counts.values()),
-            "counts": [{"label": labels[y], "count": counts.get(y, 0)} for y in range(len(labels))],
-            "hourly": [{"hour": h, "count": c} for h, c in store.hourly_counts(campaign_id)],
-        }
-    )
+    if output == "csv":
+        return _csv_download(export.counts_csv(campaign, counts), f"{campaign_id}-counts.csv")
+    return flask.jsonify(export.counts_body(campaign, counts, store.hourly_counts(campaign_id)))
 
 
 @bp.get("/campaigns/<campaign_id>/estimate")
 @require(ANALYST)
 def get_estimate(campaign_id: str) -> flask.Response:
+    """The estimate with intervals; served from the cache while no new report has arrived."""
+    _check_parameters({"method", "confidence", "format"})
     method = estimates.parse_method(flask.request.args.get("method", estimates.DEFAULT_METHOD))
-    unknown = sorted(set(flask.request.args) - {"method", "confidence"})
-    if unknown:
-        raise ValidationError(
-            f"unknown parameter {unknown[0]!r}", field=unknown[0], code="invalid_parameter"
-        )
     confidence = estimates.parse_confidence(flask.request.args.get("confidence"))
+    output = export.parse_format(flask.request.args.get("format"))
     campaign = load_campaign(campaign_id)
-    counts = get_store().counts(campaign_id)
-    return flask.jsonify(estimates.estimate_response(campaign, counts, method, confidence))
+    body, cached = estimates.cached_estimate(
+        get_store(), campaign, method, confidence, channels=get_channels()
+    )
+    if output == "csv":
+        response = _csv_download(
+            export.estimate_csv(campaign, body), f"{campaign_id}-estimate-{method}.csv"
+        )
+    else:
+        response = flask.jsonify(body)
+    response.headers[ESTIMATE_CACHE_HEADER] = "hit" if cached else "miss"
+    return response

@@ -7,6 +7,7 @@ they need no token: whoever can reach the store is already trusted with it.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import sys
@@ -15,7 +16,7 @@ from typing import Any
 import click
 import redis
 
-from aggregator import estimates
+from aggregator import estimates, export
 from aggregator.redis_server import DEFAULT_DATA_DIR, FSYNC_POLICIES, EmbeddedRedis, connect_url
 from aggregator.store import CLOSED, OPEN, CampaignStore
 from shared.errors import LDPError
@@ -219,7 +220,7 @@ def estimate_command(
     """Estimate a campaign's distribution with confidence intervals."""
     store = opener.store()
     campaign = store.get_campaign(campaign_id)
-    result = estimates.estimate_response(campaign, store.counts(campaign_id), method, confidence)
+    result, _ = estimates.cached_estimate(store, campaign, method, confidence)
     if as_json:
         _echo_json(result)
         return
@@ -238,6 +239,35 @@ def estimate_command(
 @main.command("export")
 @click.argument("campaign_id")
 @click.option(
+    "--data",
+    type=click.Choice(("reports", "counts", "estimate")),
+    default="reports",
+    show_default=True,
+    help="Every stored report, the counts per output symbol, or the estimate.",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(export.FORMATS),
+    default="json",
+    show_default=True,
+    help="JSON (reports: one per line) or CSV.",
+)
+@click.option(
+    "--method",
+    type=click.Choice(estimates.METHODS),
+    default=estimates.DEFAULT_METHOD,
+    show_default=True,
+    help="Estimation method (--data estimate).",
+)
+@click.option(
+    "--confidence",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=estimates.DEFAULT_CONFIDENCE,
+    show_default=True,
+    help="Interval confidence level (--data estimate).",
+)
+@click.option(
     "-o",
     "--output",
     type=click.File("w", encoding="utf-8"),
@@ -245,16 +275,57 @@ def estimate_command(
     help="File to write (default: standard output).",
 )
 @click.pass_obj
-def export(opener: StoreOpener, campaign_id: str, output: Any) -> None:
-    """Write every stored report of a campaign as JSON lines, oldest first."""
+def export_command(
+    opener: StoreOpener,
+    campaign_id: str,
+    data: str,
+    output_format: str,
+    method: str,
+    confidence: float,
+    output: Any,
+) -> None:
+    """Write a campaign's reports, counts or estimate as JSON or CSV.
+
+    The counts and the estimate are the files the API serves at
+    /counts?format=... and /estimate?format=...; reports come oldest first.
+    """
     store = opener.store()
-    store.get_campaign(campaign_id)
-    count = 0
-    for report in store.iter_reports(campaign_id):
-        output.write(json.dumps(report, separators=(",", ":"), ensure_ascii=False) + "\n")
-        count += 1
+    campaign = store.get_campaign(campaign_id)
+    if data == "reports":
+        count = _export_reports(store, campaign, output_format, output)
+        if output is not sys.stdout:
+            click.echo(f"{count} reports written to {output.name}", err=True)
+        return
+    if data == "counts":
+        counts = store.counts(campaign_id)
+        if output_format == "csv":
+            output.write(export.counts_csv(campaign, counts))
+        else:
+            body = export.counts_body(campaign, counts, store.hourly_counts(campaign_id))
+            output.write(json.dumps(body, indent=2, ensure_ascii=False) + "\n")
+    else:
+        body, _ = estimates.cached_estimate(store, campaign, method, confidence)
+        if output_format == "csv":
+            output.write(export.estimate_csv(campaign, body))
+        else:
+            output.write(json.dumps(body, indent=2, ensure_ascii=False) + "\n")
     if output is not sys.stdout:
-        click.echo(f"{count} reports written to {output.name}", err=True)
+        click.echo(f"{data} written to {output.name}", err=True)
+
+
+def _export_reports(store: CampaignStore, campaign: Any, output_format: str, output: Any) -> int:
+    count = 0
+    writer = None
+    if output_format == "csv":
+        writer = csv.writer(output, lineterminator="\n")
+        writer.writerow(export.reports_csv_header(campaign))
+    for report in store.iter_reports(campaign.spec.id):
+        if writer is not None:
+            writer.writerow(export.reports_csv_row(report))
+        else:
+            output.write(export.reports_json_line(report))
+        count += 1
+    return count
 
 
 if __name__ == "__main__":

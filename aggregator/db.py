@@ -8,6 +8,7 @@ import threading
 import flask
 import redis
 
+from aggregator.estimates import ChannelCache
 from aggregator.redis_server import EmbeddedRedis, connect_url
 from aggregator.store import CampaignStore
 
@@ -22,6 +23,7 @@ class StoreHandle:
         self._lock = threading.Lock()
         self._store: CampaignStore | None = None
         self.embedded: EmbeddedRedis | None = None
+        self.channels = ChannelCache()
 
     def get(self) -> CampaignStore:
         with self._lock:
@@ -41,3 +43,8 @@ class StoreHandle:
 def get_store() -> CampaignStore:
     """The current app's store (opened on first call)."""
     return flask.current_app.extensions[EXTENSION].get()
+
+
+def get_channels() -> ChannelCache:
+    """The current app's per-process cache of channel operators."""
+    return flask.current_app.extensions[EXTENSION].channels

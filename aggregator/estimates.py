@@ -7,18 +7,56 @@ method, and shapes the response (labels, intervals, grid, timings).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
-from aggregator.estimation import METHODS, SingularChannelError, estimate
-from aggregator.store import Campaign
+from aggregator.estimation import METHODS, Channel, SingularChannelError, channel_for, estimate
+from aggregator.store import Campaign, CampaignStore
 from shared.errors import ValidationError
 from shared.mechanisms import Mechanism, PlanarLaplace
 
 DEFAULT_METHOD = "ibu"
 DEFAULT_CONFIDENCE = 0.95
+# Channel operators kept per process: a planar kernel takes up to a second to build for a
+# large grid and a few MB to hold, so a handful of recent campaigns is enough.
+CHANNEL_CACHE_SIZE = 16
+
+
+class ChannelCache:
+    """The channel operators of recently estimated campaigns, keyed by spec hash (LRU).
+
+    A spec never changes, so an operator built once serves every later estimate
+    of the campaign. Safe to share between the threads of a worker.
+    """
+
+    def __init__(self, size: int = CHANNEL_CACHE_SIZE) -> None:
+        self.size = int(size)
+        self._lock = threading.Lock()
+        self._channels: OrderedDict[str, Channel] = OrderedDict()
+        self.builds = 0
+
+    def get(self, campaign: Campaign) -> Channel:
+        """The campaign's channel, built on first use."""
+        key = campaign.spec_hash
+        with self._lock:
+            if key in self._channels:
+                self._channels.move_to_end(key)
+                return self._channels[key]
+        # Built outside the lock: a slow kernel must not hold up other campaigns.
+        channel = channel_for(campaign.mechanism)
+        with self._lock:
+            self.builds += 1
+            self._channels[key] = channel
+            self._channels.move_to_end(key)
+            while len(self._channels) > self.size:
+                self._channels.popitem(last=False)
+        return channel
 
 
 def cell_label(row: int, col: int) -> str:
@@ -69,12 +107,18 @@ def count_vector(counts: dict[int, int], n_outputs: int) -> np.ndarray:
 
 
 def estimate_response(
-    campaign: Campaign, counts: dict[int, int], method: str, confidence: float
+    campaign: Campaign,
+    counts: dict[int, int],
+    method: str,
+    confidence: float,
+    *,
+    channel: Channel | None = None,
 ) -> dict[str, Any]:
     """The estimate of a campaign's distribution, as it goes on the wire.
 
     ``method`` and ``confidence`` are already parsed. With no reports yet the
-    response has ``n = 0`` and an empty ``estimates`` list.
+    response has ``n = 0`` and an empty ``estimates`` list. ``channel`` reuses
+    an operator already built for this campaign (see :class:`ChannelCache`).
     """
     mechanism = campaign.mechanism
     vector = count_vector(counts, mechanism.n_outputs)
@@ -82,7 +126,7 @@ def estimate_response(
     if not vector.any():
         return {**head, "method": method, "n": 0, "confidence": confidence, "estimates": []}
     try:
-        result = estimate(mechanism, vector, method=method, confidence=confidence)
+        result = estimate(mechanism, vector, method=method, confidence=confidence, channel=channel)
     except SingularChannelError as exc:
         raise ValidationError(
             f"{method} cannot be used for this campaign: {exc}; use ibu",
@@ -100,3 +144,45 @@ def estimate_response(
             "cells": np.asarray(result.frequencies).reshape(grid.rows, grid.cols).tolist(),
         }
     return response
+
+
+def counts_digest(campaign: Campaign, counts: dict[int, int]) -> str:
+    """A digest of a campaign's spec and counts: equal digests, equal estimates."""
+    canonical = json.dumps([campaign.spec_hash, sorted(counts.items())], separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def cached_estimate(
+    store: CampaignStore,
+    campaign: Campaign,
+    method: str,
+    confidence: float,
+    *,
+    channels: ChannelCache | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """:func:`estimate_response` on the stored counts, cached in Redis until they change.
+
+    Returns the body and whether it came from the cache. The cache entry is keyed
+    by campaign, method and confidence, and holds the digest of the counts it was
+    computed from: a new report changes the counts, so the next request
+    recomputes. A cached body is the computed one unchanged (its ``seconds`` is
+    the time the estimate took to compute).
+    """
+    campaign_id = campaign.spec.id
+    counts = store.counts(campaign_id)
+    digest = counts_digest(campaign, counts)
+    variant = f"{method}:{confidence!r}"
+    hit = store.cached_estimate(campaign_id, variant, digest)
+    if hit is not None:
+        return json.loads(hit), True
+    channel = channels.get(campaign) if channels is not None and counts else None
+    response = estimate_response(campaign, counts, method, confidence, channel=channel)
+    body = json.dumps(response, separators=(",", ":"), default=_plain)
+    store.cache_estimate(campaign_id, variant, digest, body)
+    return response, False

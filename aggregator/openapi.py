@@ -20,6 +20,27 @@ def _json(schema: dict, description: str) -> dict:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+def _json_or_csv(schema: dict, description: str, *, headers: dict | None = None) -> dict:
+    """A 200 that is JSON by default and a CSV attachment with ``format=csv``."""
+    response = {
+        "description": f"{description}; with format=csv a CSV attachment",
+        "content": {
+            "application/json": {"schema": schema},
+            "text/csv": {"schema": {"type": "string"}},
+        },
+    }
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+_FORMAT = {
+    "name": "format",
+    "in": "query",
+    "schema": {"type": "string", "enum": ["json", "csv"], "default": "json"},
+}
+
+
 def _errors(*statuses: int) -> dict[str, Any]:
     reasons = {
         400: "Malformed JSON",
@@ -307,13 +328,13 @@ def document() -> dict[str, Any]:
                 },
             },
             "/api/v1/campaigns/{campaign_id}/counts": {
-                "parameters": [_CAMPAIGN_ID],
+                "parameters": [_CAMPAIGN_ID, _FORMAT],
                 "get": {
                     "summary": "Reports per output symbol and per hour (analyst)",
                     "security": admin,
                     "responses": {
-                        "200": _json({"type": "object"}, "Counts"),
-                        **_errors(401, 403, 404),
+                        "200": _json_or_csv({"type": "object"}, "Counts"),
+                        **_errors(401, 403, 404, 422),
                     },
                 },
             },
@@ -337,12 +358,22 @@ def document() -> dict[str, Any]:
                             "default": 0.95,
                         },
                     },
+                    _FORMAT,
                 ],
                 "get": {
                     "summary": "Estimated distribution with confidence intervals (analyst)",
                     "security": admin,
                     "responses": {
-                        "200": _json({"$ref": "#/components/schemas/Estimate"}, "The estimate"),
+                        "200": _json_or_csv(
+                            {"$ref": "#/components/schemas/Estimate"},
+                            "The estimate, cached until new reports arrive",
+                            headers={
+                                "X-Estimate-Cache": {
+                                    "description": "hit: served from the cache; miss: computed",
+                                    "schema": {"type": "string", "enum": ["hit", "miss"]},
+                                }
+                            },
+                        ),
                         **_errors(401, 403, 404, 422),
                     },
                 },

@@ -34,6 +34,9 @@ EXPORT_CHUNK = 1000
 # Parsed specs kept per store: a spec never changes, and parsing a large domain on
 # every request would dominate it (about 0.1 s for 100,000 labels).
 SPEC_CACHE_SIZE = 256
+# A cached estimate is kept this long after it was last computed (it is recomputed anyway
+# as soon as the counts change; the expiry only bounds the keys of unused methods and levels).
+ESTIMATE_CACHE_TTL_S = 24 * 3600
 _META_FIELDS = ("spec_hash", "status", "created_at", "n_reports")
 
 
@@ -108,6 +111,7 @@ class CampaignStore:
     HOURLY_KEY = "ldp:{{c:{id}}}:hourly"
     STREAM_KEY = "ldp:{{c:{id}}}:reports"
     SEEN_KEY = "ldp:{{c:{id}}}:seen:{report_id}"
+    ESTIMATE_KEY = "ldp:{{c:{id}}}:estimate:{variant}"
 
     def __init__(
         self, connection: redis.Redis, *, report_id_ttl_s: int = DEFAULT_REPORT_ID_TTL_S
@@ -244,6 +248,26 @@ class CampaignStore:
         """Accepted reports per hour, as (hour start in unix seconds, count), oldest first."""
         raw = self.connection.hgetall(self.HOURLY_KEY.format(id=campaign_id))
         return sorted((int(hour), int(count)) for hour, count in raw.items())
+
+    # -- estimate cache ----------------------------------------------------------------
+
+    def cached_estimate(self, campaign_id: str, variant: str, counts_digest: str) -> bytes | None:
+        """The estimate body cached for ``variant`` if it was made from these very counts."""
+        key = self.ESTIMATE_KEY.format(id=campaign_id, variant=variant)
+        digest, body = self.connection.hmget(key, ("counts_digest", "body"))
+        if digest is None or digest.decode() != counts_digest:
+            return None
+        return body
+
+    def cache_estimate(
+        self, campaign_id: str, variant: str, counts_digest: str, body: bytes | str
+    ) -> None:
+        """Keep an estimate body with the digest of the counts it was made from."""
+        key = self.ESTIMATE_KEY.format(id=campaign_id, variant=variant)
+        with self.connection.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping={"counts_digest": counts_digest, "body": body})
+            pipe.expire(key, ESTIMATE_CACHE_TTL_S)
+            pipe.execute()
 
     def iter_reports(self, campaign_id: str, *, chunk: int = EXPORT_CHUNK) -> Iterator[dict]:
         """Every stored report, oldest first: ``report_id``, ``value``, ``received_at``."""

@@ -1,0 +1,204 @@
+"""Exports (counts and estimates as JSON and CSV, over HTTP and the CLI) and the estimate cache."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from aggregator_testdata import KRR_SPEC, new_id
+
+from aggregator.cli import main
+from aggregator.db import EXTENSION
+from aggregator.estimates import ChannelCache
+from shared.mechanisms import Mechanism
+from shared.spec import CampaignSpec
+
+BASE = "/api/v1/campaigns"
+LABELS = KRR_SPEC["domain"]
+
+
+def submit(client, campaign_id, values):
+    body = {"reports": [{"report_id": new_id(), "value": v} for v in values]}
+    response = client.post(f"{BASE}/{campaign_id}/reports", json=body)
+    assert response.status_code == 200, response.get_json()
+
+
+def rows_of(text):
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+@pytest.fixture
+def fruit_counts(client, krr_campaign):
+    counts = dict(zip(LABELS, (5, 3, 0, 2), strict=True))
+    submit(client, "fruit", [label for label, c in counts.items() for _ in range(c)])
+    return counts
+
+
+def test_counts_as_csv_attachment(client, analyst, fruit_counts):
+    response = client.get(f"{BASE}/fruit/counts?format=csv", headers=analyst)
+    assert response.status_code == 200
+    assert response.mimetype == "text/csv"
+    assert response.headers["Content-Disposition"] == 'attachment; filename="fruit-counts.csv"'
+    text = response.get_data(as_text=True)
+    assert text.splitlines()[0] == "label,count"
+    assert {row["label"]: int(row["count"]) for row in rows_of(text)} == fruit_counts
+    as_json = client.get(f"{BASE}/fruit/counts?format=json", headers=analyst).get_json()
+    assert {row["label"]: row["count"] for row in as_json["counts"]} == fruit_counts
+
+
+def test_estimate_as_csv_is_the_json_estimate(client, analyst, fruit_counts):
+    url = f"{BASE}/fruit/estimate?method=inversion"
+    body = client.get(url, headers=analyst).get_json()
+    response = client.get(f"{url}&format=csv", headers=analyst)
+    assert response.status_code == 200
+    assert response.mimetype == "text/csv"
+    disposition = 'attachment; filename="fruit-estimate-inversion.csv"'
+    assert response.headers["Content-Disposition"] == disposition
+    rows = rows_of(response.get_data(as_text=True))
+    assert [row["label"] for row in rows] == LABELS
+    for row, expected in zip(rows, body["estimates"], strict=True):
+        for column in ("frequency", "ci_low", "ci_high"):
+            # Written with repr: the CSV holds the JSON's floats exactly.
+            assert float(row[column]) == expected[column]
+
+
+def test_planar_csv_locates_each_cell(client, analyst, planar_campaign):
+    spec, _ = CampaignSpec.from_wire(planar_campaign)
+    mechanism = Mechanism.from_spec(spec)
+    submit(client, "where", [mechanism.report_value(4)] * 3)
+    text = client.get(f"{BASE}/where/counts?format=csv", headers=analyst).get_data(as_text=True)
+    rows = rows_of(text)
+    assert list(rows[0]) == ["label", "row", "col", "lat", "lon", "count"]
+    assert len(rows) == spec.grid.rows * spec.grid.cols
+    row, col = divmod(4, spec.grid.cols)
+    centre = mechanism.report_value(4)
+    assert rows[4] == {
+        "label": f"r{row}c{col}",
+        "row": str(row),
+        "col": str(col),
+        "lat": str(centre["lat"]),
+        "lon": str(centre["lon"]),
+        "count": "3",
+    }
+    assert sum(int(r["count"]) for r in rows) == 3
+    estimate = client.get(f"{BASE}/where/estimate?format=csv", headers=analyst)
+    assert len(rows_of(estimate.get_data(as_text=True))) == len(rows)
+
+
+@pytest.mark.parametrize("path", ["counts", "estimate"])
+def test_exports_need_the_analyst_role_and_a_known_format(client, analyst, krr_campaign, path):
+    assert client.get(f"{BASE}/fruit/{path}?format=csv").status_code == 401
+    response = client.get(f"{BASE}/fruit/{path}?format=xml", headers=analyst)
+    assert response.status_code == 422
+    assert response.get_json()["error"]["field"] == "format"
+    unknown = client.get(f"{BASE}/fruit/{path}?fmt=csv", headers=analyst)
+    assert unknown.status_code == 422
+    assert unknown.get_json()["error"]["field"] == "fmt"
+
+
+# -- the estimate cache ------------------------------------------------------------------------
+
+
+def test_estimate_is_cached_until_a_new_report_arrives(client, analyst, fruit_counts):
+    url = f"{BASE}/fruit/estimate?method=ibu"
+    first = client.get(url, headers=analyst)
+    assert first.headers["X-Estimate-Cache"] == "miss"
+    second = client.get(url, headers=analyst)
+    assert second.headers["X-Estimate-Cache"] == "hit"
+    assert second.get_json() == first.get_json()
+    # Another method or level is another entry.
+    other = client.get(f"{url}&confidence=0.9", headers=analyst)
+    assert other.headers["X-Estimate-Cache"] == "miss"
+    # A new report changes the counts: recomputed, then cached again.
+    submit(client, "fruit", ["apple"])
+    third = client.get(url, headers=analyst)
+    assert third.headers["X-Estimate-Cache"] == "miss"
+    assert third.get_json()["n"] == first.get_json()["n"] + 1
+    assert client.get(url, headers=analyst).headers["X-Estimate-Cache"] == "hit"
+
+
+def test_a_retried_report_keeps_the_cache(client, analyst, krr_campaign):
+    report = {"report_id": new_id(), "value": "cherry"}
+    assert client.post(f"{BASE}/fruit/reports", json=report).get_json()["accepted"] == 1
+    url = f"{BASE}/fruit/estimate"
+    assert client.get(url, headers=analyst).headers["X-Estimate-Cache"] == "miss"
+    assert client.post(f"{BASE}/fruit/reports", json=report).get_json()["duplicates"] == 1
+    assert client.get(url, headers=analyst).headers["X-Estimate-Cache"] == "hit"
+
+
+def test_planar_channel_is_built_once_per_process(app, client, analyst, planar_campaign):
+    spec, _ = CampaignSpec.from_wire(planar_campaign)
+    mechanism = Mechanism.from_spec(spec)
+    channels = app.extensions[EXTENSION].channels
+    url = f"{BASE}/where/estimate?method=inversion"
+    for cell in (1, 2, 3):
+        submit(client, "where", [mechanism.report_value(cell)])
+        response = client.get(url, headers=analyst)
+        assert response.headers["X-Estimate-Cache"] == "miss"
+        assert response.get_json()["n"] == cell
+    assert channels.builds == 1
+
+
+def test_channel_cache_drops_the_least_recently_used(store):
+    campaigns = []
+    for epsilon in (1.0, 2.0, 3.0):
+        spec = CampaignSpec.from_dict({**KRR_SPEC, "id": f"c{int(epsilon)}", "epsilon": epsilon})
+        campaigns.append(store.create_campaign(spec)[0])
+    cache = ChannelCache(size=2)
+    first = cache.get(campaigns[0])
+    cache.get(campaigns[1])
+    assert cache.get(campaigns[0]) is first  # now the most recent
+    cache.get(campaigns[2])  # evicts campaigns[1]
+    assert cache.builds == 3
+    assert cache.get(campaigns[0]) is first
+    cache.get(campaigns[1])
+    assert cache.builds == 4
+
+
+# -- ldp-aggregator export ---------------------------------------------------------------------
+
+
+def run(runner, redis_url, *args):
+    result = runner.invoke(main, ["--redis-url", redis_url, *args])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_cli_exports_the_files_the_api_serves(runner, redis_url, client, analyst, fruit_counts):
+    for query, args in [
+        ("counts?format=csv", ["--data", "counts", "--format", "csv"]),
+        (
+            "estimate?format=csv&method=clip",
+            ["--data", "estimate", "--format", "csv", "--method", "clip"],
+        ),
+    ]:
+        served = client.get(f"{BASE}/fruit/{query}", headers=analyst).get_data(as_text=True)
+        assert run(runner, redis_url, "export", "fruit", *args) == served
+    counts = json.loads(run(runner, redis_url, "export", "fruit", "--data", "counts"))
+    served = client.get(f"{BASE}/fruit/counts", headers=analyst).get_json()
+    assert counts == served
+    estimate = json.loads(run(runner, redis_url, "export", "fruit", "--data", "estimate"))
+    assert estimate == client.get(f"{BASE}/fruit/estimate", headers=analyst).get_json()
+
+
+def test_cli_exports_reports_as_csv(runner, redis_url, fruit_counts):
+    rows = rows_of(run(runner, redis_url, "export", "fruit", "--format", "csv"))
+    assert list(rows[0]) == ["report_id", "value", "received_at"]
+    assert len(rows) == sum(fruit_counts.values())
+    assert {label: sum(r["value"] == label for r in rows) for label in LABELS} == fruit_counts
+
+
+def test_cli_export_of_an_unknown_campaign_fails(runner, redis_url):
+    result = runner.invoke(main, ["--redis-url", redis_url, "export", "nope", "--data", "counts"])
+    assert result.exit_code == 1
+    assert result.stderr == "Error: no campaign 'nope'\n"
+
+
+def test_the_cli_shares_the_estimate_cache(runner, redis_url, client, analyst, fruit_counts):
+    # The cache lives in Redis: an estimate the CLI computed is a hit for the API.
+    printed = json.loads(run(runner, redis_url, "estimate", "fruit", "--json"))
+    response = client.get(f"{BASE}/fruit/estimate", headers=analyst)
+    assert response.headers["X-Estimate-Cache"] == "hit"
+    assert response.get_json() == printed
