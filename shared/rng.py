@@ -62,9 +62,10 @@ def open_unit_uniform(rng: RandomSource) -> float:
             break
         exponent += _WORD_BITS
     exponent = min(exponent, _MAX_EXPONENT)  # deeper would underflow to 0.0
-    mantissa = rng.getrandbits(_MANTISSA_BITS)
-    # Midpoint of the mantissa cell: never exactly 0 or 1.
-    return math.ldexp((1 << _MANTISSA_BITS) + mantissa + 0.5, -_MANTISSA_BITS - exponent)
+    # An odd 52-bit fraction: the midpoint of one of 2**51 equal cells of [2**-e, 2**(1-e)),
+    # exactly representable, so the result is never 0 and never reaches 1.
+    fraction = (rng.getrandbits(_MANTISSA_BITS - 1) << 1) | 1
+    return math.ldexp((1 << _MANTISSA_BITS) + fraction, -_MANTISSA_BITS - exponent)
 
 
 def standard_exponential(rng: RandomSource) -> float:

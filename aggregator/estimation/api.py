@@ -91,8 +91,9 @@ def estimate(
             confidence=confidence,
             n_bootstrap=n_bootstrap,
             seed=seed,
+            basic=True,
         )
-        interval = f"parametric bootstrap, {n_bootstrap} replicates"
+        interval = f"parametric bootstrap (basic), {n_bootstrap} replicates"
         details = {"stopping": "cross-validated held-out likelihood"}
     else:
         postprocess = {"inversion": "none", "clip": "clip", "projection": "projection"}[method]
@@ -111,7 +112,7 @@ def estimate(
                 n_bootstrap=n_bootstrap,
                 seed=seed,
             )
-            interval = f"parametric bootstrap, {n_bootstrap} replicates"
+            interval = f"parametric bootstrap (percentile), {n_bootstrap} replicates"
             # The bootstrap refits the same estimator object: fit the observed counts last.
             fitted = estimator.fit(counts, channel)
         details = {}

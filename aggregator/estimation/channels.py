@@ -56,16 +56,24 @@ class Channel(ABC):
         return np.stack([self.forward(row) for row in eye])
 
     def solve(self, q: np.ndarray) -> np.ndarray:
-        """The ``p`` with ``p C = q``: dense LU for small channels, GMRES on the operator otherwise."""
+        """The ``p`` with ``p C = q``."""
+        return self.solve_with_info(q)[0]
+
+    def solve_with_info(self, q: np.ndarray) -> tuple[np.ndarray, bool]:
+        """``(p, converged)``: dense LU for small channels, GMRES on the operator otherwise.
+
+        ``converged`` is False when GMRES stopped at its iteration cap before
+        reaching ``GMRES_RTOL``; the best iterate is returned.
+        """
         if self.n_inputs <= DENSE_SOLVE_LIMIT:
-            return scipy.linalg.lu_solve(self._lu(), q, trans=1)
+            return scipy.linalg.lu_solve(self._lu(), q, trans=1), True
         operator = LinearOperator(
             (self.n_outputs, self.n_inputs), matvec=self.forward, rmatvec=self.backward
         )
         solution, info = gmres(operator, q, rtol=GMRES_RTOL, atol=0.0, restart=200, maxiter=50)
         if info < 0:
             raise SingularChannelError("GMRES broke down: the channel is singular")
-        return solution
+        return solution, info == 0
 
     def _lu(self):
         if getattr(self, "_lu_cache", None) is None:
@@ -112,11 +120,11 @@ class KRRChannel(Channel):
 
     backward = forward  # the matrix is symmetric
 
-    def solve(self, q: np.ndarray) -> np.ndarray:
+    def solve_with_info(self, q: np.ndarray) -> tuple[np.ndarray, bool]:
         """The ``p`` with ``p C = q``, in closed form."""
         if self.p_keep <= self.p_other:
             raise SingularChannelError("k-RR with epsilon this small cannot be inverted")
-        return (q - self.p_other * q.sum()) / (self.p_keep - self.p_other)
+        return (q - self.p_other * q.sum()) / (self.p_keep - self.p_other), True
 
 
 class PlanarLaplaceChannel(Channel):

@@ -80,7 +80,7 @@ class MatrixInversion:
     def fit(self, counts, channel) -> MatrixInversion:
         counts = _as_counts(counts, channel)
         self.n_ = counts.sum()
-        self.unbiased_ = channel.solve(counts / self.n_)
+        self.unbiased_, self.converged_ = channel.solve_with_info(counts / self.n_)
         if self.postprocess == "clip":
             self.frequencies_ = clip_and_normalise(self.unbiased_)
         elif self.postprocess == "projection":
@@ -88,7 +88,6 @@ class MatrixInversion:
         else:
             self.frequencies_ = self.unbiased_
         self.n_iter_ = None
-        self.converged_ = True
         return self
 
 

@@ -10,8 +10,13 @@
   for Rademacher ``z``), one solve per probe.
 * Clip, projection and IBU (non-linear): parametric bootstrap. Report counts
   are redrawn from ``Multinomial(n, p_hat C)`` and the same estimator is run
-  again (IBU for the same number of iterations it chose); the interval is
-  the percentile interval of the replicates.
+  again (IBU for the same number of iterations it chose). Clip and projection
+  take the percentile interval of the replicates. IBU takes the *basic*
+  (reverse-percentile) interval ``[2 p_hat - hi, 2 p_hat - lo]``, clipped to
+  [0, 1]: a replicate starts from uniform and stops early again, so it is
+  shrunk towards uniform a second time, and reflecting the quantiles about
+  the estimate undoes that first-order shift (percentile intervals covered
+  about 86% at a nominal 95% in the tests; basic ones 89-95%).
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ def bootstrap_interval(
     confidence: float,
     n_bootstrap: int,
     seed: int = 0,
+    basic: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Percentile interval of ``refit`` over counts redrawn from ``fitted``'s report distribution."""
     rng = np.random.default_rng(seed)
@@ -81,4 +87,6 @@ def bootstrap_interval(
         replicates[b] = refit(rng.multinomial(n, predicted).astype(float))
     alpha = (1 - confidence) / 2
     low, high = np.quantile(replicates, [alpha, 1 - alpha], axis=0)
+    if basic:
+        return np.clip(2 * fitted - high, 0.0, 1.0), np.clip(2 * fitted - low, 0.0, 1.0)
     return low, high

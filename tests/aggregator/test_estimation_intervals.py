@@ -76,17 +76,8 @@ def test_analytic_interval_coverage_planar():
     assert_coverage(coverage(mechanism, p, n=20_000, reps=300, method="inversion", seed=2))
 
 
-IBU_UNDER_COVERS = pytest.mark.xfail(
-    strict=True,
-    reason="aggregator/estimation/api.py (ibu): the bootstrap reruns IBU for the fixed "
-    "cross-validated iteration count (about 7 here) from uniform, which shrinks the "
-    "replicates towards uniform a second time and leaves out the variability of the "
-    "stopping choice; the 95 % intervals cover only about 86 % for p = 0.5 and p = 0.2",
-)
-
-
 @pytest.mark.parametrize(
-    "method", ["clip", "projection", pytest.param("ibu", marks=IBU_UNDER_COVERS)]
+    "method", ["clip", "projection", "ibu"]
 )
 def test_bootstrap_interval_coverage_krr(method):
     # Every category well above zero, so clipping and projection are rarely active.
