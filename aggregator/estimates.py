@@ -16,7 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from aggregator.estimation import METHODS, Channel, SingularChannelError, channel_for, estimate
+from aggregator.estimation import (
+    METHODS,
+    Channel,
+    SingularChannelError,
+    channel_for,
+    estimate,
+    poisoning,
+)
 from aggregator.store import Campaign, CampaignStore
 from shared.errors import ValidationError
 from shared.mechanisms import Mechanism, PlanarLaplace
@@ -134,6 +141,7 @@ def estimate_response(
             code="method_not_applicable",
         ) from exc
     response = {**head, **result.to_dict(output_labels(mechanism))}
+    response["poisoning"] = poisoning.check(mechanism, vector).to_dict()
     if isinstance(mechanism, PlanarLaplace):
         grid = mechanism.grid
         response["grid"] = {
