@@ -16,7 +16,7 @@ import flask
 from flask_limiter import Limiter
 from flask_limiter.util import get_remote_address
 
-from aggregator import api, dashboard, openapi
+from aggregator import api, cors, dashboard, openapi
 from aggregator.db import EXTENSION, StoreHandle
 from aggregator.errors import register_error_handlers
 from aggregator.redis_server import DEFAULT_DATA_DIR
@@ -35,6 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_REPORTS": "600 per minute",
     "RATELIMIT_ENABLED": True,
     "RATELIMIT_HEADERS_ENABLED": True,
+    "CORS_ORIGINS": cors.DEFAULT_ORIGINS,
 }
 
 
@@ -59,6 +60,7 @@ def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
 
     app.extensions[EXTENSION] = StoreHandle(app.config)
     register_error_handlers(app)
+    cors.init_app(app)
     app.register_blueprint(api.bp)
     app.register_blueprint(openapi.bp)
     app.register_blueprint(dashboard.bp)
