@@ -25,15 +25,36 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are all distinct: a repeated key has no one meaning."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key!r} appears twice in one object")
+            seen.add(key)
+    return obj
+
+
 def json_body() -> Any:
-    """The request's JSON body: 415 unless it is JSON, 400 if it does not parse."""
+    """The request's JSON body: 415 unless it is JSON, 400 if it does not parse.
+
+    Stricter than RFC 8259 allows a parser to be, so that no two parsers can
+    read one body differently: NaN and Infinity, repeated keys and invalid
+    UTF-8 are refused.
+    """
     if not flask.request.is_json:
         raise APIError(415, "unsupported_media_type", "the body must be application/json")
     raw = flask.request.get_data(cache=False)
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
-        raise APIError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
+        return json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise APIError(400, "invalid_json", "the body is nested too deeply") from None
+    except ValueError as exc:
+        # int() names an interpreter setting here; the client needs only the limit.
+        reason = "a number has too many digits" if "integer string" in str(exc) else exc
+        raise APIError(400, "invalid_json", f"the body is not valid JSON: {reason}") from None
 
 
 def load_campaign(campaign_id: str) -> Campaign:

@@ -67,6 +67,10 @@ def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
 
     limiter = Limiter(get_remote_address, key_prefix="ldp:ratelimit")
     limiter.init_app(app)
+    # The limit decorator holds the limiter only weakly, and a disabled limiter does not
+    # register itself in app.extensions: without this reference it is collected and every
+    # report request fails.
+    app.extensions["ldp_limiter"] = limiter
     # The limit wraps the view, so the limiter lives with this app rather than in a module.
     reports_view = "api.submit_reports"
     app.view_functions[reports_view] = limiter.limit(
