@@ -123,8 +123,11 @@ def submit_reports(campaign_id: str) -> flask.Response:
         campaign.mechanism,
         campaign.spec_hash,
         max_batch=flask.current_app.config["MAX_BATCH"],
+        enrollment_required=campaign.spec.enrollment_required,
     )
-    result = get_store().ingest(campaign_id, reports)
+    result = get_store().ingest(
+        campaign_id, reports, enrollment_required=campaign.spec.enrollment_required
+    )
     return flask.jsonify(
         {
             "campaign": campaign_id,

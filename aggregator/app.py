@@ -16,7 +16,7 @@ import flask
 from flask_limiter import Limiter
 from flask_limiter.util import get_remote_address
 
-from aggregator import api, cors, dashboard, openapi
+from aggregator import api, cors, dashboard, enrollment, openapi, ratelimits
 from aggregator.db import EXTENSION, StoreHandle
 from aggregator.errors import register_error_handlers
 from aggregator.redis_server import DEFAULT_DATA_DIR
@@ -64,6 +64,7 @@ def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
     app.register_blueprint(api.bp)
     app.register_blueprint(openapi.bp)
     app.register_blueprint(dashboard.bp)
+    app.register_blueprint(enrollment.bp)
 
     limiter = Limiter(get_remote_address, key_prefix="ldp:ratelimit")
     limiter.init_app(app)
@@ -76,4 +77,5 @@ def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
     app.view_functions[reports_view] = limiter.limit(
         lambda: flask.current_app.config["RATELIMIT_REPORTS"]
     )(app.view_functions[reports_view])
+    ratelimits.limit_public_views(app, limiter)
     return app

@@ -10,6 +10,7 @@ import redis
 
 from aggregator.estimates import ChannelCache
 from aggregator.redis_server import EmbeddedRedis, connect_url
+from aggregator.retention import retention_seconds
 from aggregator.store import CampaignStore
 
 EXTENSION = "ldp"
@@ -35,7 +36,9 @@ class StoreHandle:
                     atexit.register(self.embedded.stop)
                 connection = redis.Redis.from_url(url, health_check_interval=30)
                 self._store = CampaignStore(
-                    connection, report_id_ttl_s=self._config["REPORT_ID_TTL_S"]
+                    connection,
+                    report_id_ttl_s=self._config["REPORT_ID_TTL_S"],
+                    retention_s=retention_seconds(self._config.get("RETENTION_DAYS")),
                 )
             return self._store
 

@@ -12,12 +12,23 @@ import flask
 import redis
 from werkzeug.exceptions import HTTPException
 
-from aggregator.store import CampaignClosed, CampaignExists, CampaignNotFound, StoreError
+from aggregator.store import (
+    CampaignClosed,
+    CampaignExists,
+    CampaignNotFound,
+    EnrollmentRefused,
+    StoreError,
+)
 from shared.errors import LDPError, ValidationError
 
 # Validation codes that are conflicts with the server's state rather than bad input.
 CONFLICT_CODES = frozenset({"spec_mismatch"})
-_STORE_STATUS = {CampaignNotFound: 404, CampaignClosed: 409, CampaignExists: 409}
+_STORE_STATUS = {
+    CampaignNotFound: 404,
+    CampaignClosed: 409,
+    CampaignExists: 409,
+    EnrollmentRefused: 403,
+}
 _HTTP_CODES = {
     400: "bad_request",
     401: "unauthorized",

@@ -47,11 +47,11 @@ def _errors(*statuses: int) -> dict[str, Any]:
         401: "Missing bearer token",
         403: "Token without the needed role",
         404: "Unknown campaign",
-        409: "Campaign closed, id taken, or spec mismatch",
+        409: "Campaign closed, id taken, spec mismatch, or no enrollment",
         413: "Body too large",
         415: "Body is not JSON",
         422: "Invalid input; `field` names it",
-        429: "Rate limited",
+        429: "Rate limited; Retry-After says when to try again",
     }
     return {str(status): _json(_ERROR, reasons[status]) for status in statuses}
 
@@ -108,8 +108,71 @@ _REPORT = {
         "report_id": {"type": "string", "format": "uuid"},
         "value": _VALUE,
         "spec_hash": {"type": "string"},
+        "enrollment_token": {
+            "type": "string",
+            "pattern": "^[A-Za-z0-9_-]{16,128}$",
+            "description": "required by, and only by, campaigns with enrollment_required",
+        },
     },
 }
+_POISONING = {
+    "type": "object",
+    "description": "goodness-of-fit check against fake reports (k-RR and rr only)",
+    "properties": {
+        "flagged": {"type": "boolean", "nullable": True, "description": "null: not assessed"},
+        "statistic": {"type": "number", "nullable": True, "description": "z-score"},
+        "threshold": {"type": "number", "nullable": True, "description": "flagged below it"},
+        "false_alarm_rate": {"type": "number"},
+        "explanation": {"type": "string"},
+    },
+}
+
+
+def _enrollment_tokens_path() -> dict[str, Any]:
+    admin = [{"bearer": []}]
+    tokens = {
+        "type": "object",
+        "properties": {
+            "campaign": {"type": "string"},
+            "issued": {"type": "integer"},
+            "unused": {"type": "integer"},
+            "tokens": {"type": "array", "items": {"type": "string"}},
+        },
+    }
+    return {
+        "parameters": [_CAMPAIGN_ID],
+        "post": {
+            "summary": "Issue single-use enrollment tokens (admin); shown only in this answer",
+            "security": admin,
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": ["count"],
+                            "properties": {
+                                "count": {"type": "integer", "minimum": 1, "maximum": 10000}
+                            },
+                        }
+                    }
+                },
+            },
+            "responses": {
+                "201": _json(tokens, "Issued"),
+                **_errors(400, 401, 403, 404, 409, 413, 415, 422),
+            },
+        },
+        "get": {
+            "summary": "How many issued tokens are unused (admin)",
+            "security": admin,
+            "responses": {
+                "200": _json(tokens, "Unused tokens"),
+                **_errors(401, 403, 404, 409),
+            },
+        },
+    }
 
 
 def document() -> dict[str, Any]:
@@ -156,6 +219,7 @@ def document() -> dict[str, Any]:
             "log_likelihood": {"type": "number", "nullable": True},
             "interval_method": {"type": "string"},
             "seconds": {"type": "number", "description": "estimation time"},
+            "poisoning": _POISONING,
             "grid": {
                 "type": "object",
                 "description": "planar_laplace only: cells[row][col], row 0 south, col 0 west",
@@ -206,7 +270,7 @@ def document() -> dict[str, Any]:
             "/api/v1/health": {
                 "get": {
                     "summary": "Liveness and store reachability",
-                    "responses": {"200": _json({"type": "object"}, "OK")},
+                    "responses": {"200": _json({"type": "object"}, "OK"), **_errors(429)},
                 }
             },
             "/api/v1/campaigns": {
@@ -224,7 +288,8 @@ def document() -> dict[str, Any]:
                                 },
                             },
                             "All campaigns, oldest first",
-                        )
+                        ),
+                        **_errors(429),
                     },
                 },
                 "post": {
@@ -253,7 +318,7 @@ def document() -> dict[str, Any]:
                     "summary": "A campaign's spec and hash (public, for clients)",
                     "responses": {
                         "200": _json({"$ref": "#/components/schemas/Campaign"}, "The campaign"),
-                        **_errors(404),
+                        **_errors(404, 429),
                     },
                 },
                 "patch": {
@@ -338,6 +403,7 @@ def document() -> dict[str, Any]:
                     },
                 },
             },
+            "/api/v1/campaigns/{campaign_id}/enrollment-tokens": _enrollment_tokens_path(),
             "/api/v1/campaigns/{campaign_id}/estimate": {
                 "parameters": [
                     _CAMPAIGN_ID,

@@ -1,6 +1,7 @@
 """Parsing report submissions at the HTTP edge.
 
-A submission is one report ``{"report_id", "value", "spec_hash"?}`` or a batch
+A submission is one report ``{"report_id", "value", "spec_hash"?, "enrollment_token"?}``
+(the token only, and always, for campaigns with ``enrollment_required``) or a batch
 ``{"reports": [...], "spec_hash"?}``. Each report is checked against its
 campaign's mechanism (``Mechanism.parse_report_value``) and its id must be a
 UUID, kept in canonical lower-case form so that retries match. The whole
@@ -9,6 +10,7 @@ submission is refused if any report is invalid, naming the report's field.
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -17,7 +19,9 @@ from shared.errors import ReportError
 from shared.mechanisms import Mechanism
 
 DEFAULT_MAX_BATCH = 1000
-_REPORT_FIELDS = frozenset({"report_id", "value", "spec_hash"})
+_REPORT_FIELDS = frozenset({"report_id", "value", "spec_hash", "enrollment_token"})
+# Enrollment tokens as issued (secrets.token_urlsafe), with room for other issuers.
+TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _BATCH_FIELDS = frozenset({"reports", "spec_hash"})
 
 
@@ -50,8 +54,33 @@ def _report_id(raw: Any, field: str) -> str:
         raise ReportError(f"{field} must be a UUID", field=field) from None
 
 
+def _enrollment_token(raw: dict, required: bool, field: str) -> str | None:
+    present = "enrollment_token" in raw
+    if not present and not required:
+        return None
+    if not required:
+        raise ReportError(
+            "this campaign does not use enrollment tokens", field=field, code="unexpected_token"
+        )
+    if not present:
+        raise ReportError(
+            "this campaign requires an enrollment token with each report",
+            field=field,
+            code="enrollment_required",
+        )
+    token = raw["enrollment_token"]
+    if not isinstance(token, str) or not TOKEN_PATTERN.fullmatch(token):
+        raise ReportError(f"{field} must be 16 to 128 characters of A-Z a-z 0-9 _ -", field=field)
+    return token
+
+
 def parse_submission(
-    body: Any, mechanism: Mechanism, spec_hash: str, *, max_batch: int = DEFAULT_MAX_BATCH
+    body: Any,
+    mechanism: Mechanism,
+    spec_hash: str,
+    *,
+    max_batch: int = DEFAULT_MAX_BATCH,
+    enrollment_required: bool = False,
 ) -> list[StoredReport]:
     """Validate a submission against its campaign; raise :class:`ReportError` naming the field."""
     if not isinstance(body, dict):
@@ -81,5 +110,6 @@ def parse_submission(
                 raise ReportError(f"{where}{required} is required", field=f"{where}{required}")
         report_id = _report_id(raw["report_id"], f"{where}report_id")
         output = mechanism.parse_report_value(raw["value"], field=f"{where}value")
-        parsed.append(StoredReport(report_id, output, mechanism.report_value(output)))
+        token = _enrollment_token(raw, enrollment_required, f"{where}enrollment_token")
+        parsed.append(StoredReport(report_id, output, mechanism.report_value(output), token))
     return parsed

@@ -10,6 +10,7 @@ audit and re-analysis. The connection is passed in; nothing here is global.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections import OrderedDict
@@ -63,6 +64,17 @@ class CampaignExists(StoreError):
     code = "campaign_exists"
 
 
+class EnrollmentRefused(StoreError):
+    """A report's enrollment token was never issued for the campaign, or is spent."""
+
+    code = "enrollment_refused"
+
+
+def token_digest(token: str) -> str:
+    """What the store keeps of an enrollment token: its SHA-256, so a leak spends nothing."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
 @dataclass(frozen=True)
 class Campaign:
     """A stored campaign: its immutable spec and mechanism, and the server's fields."""
@@ -89,11 +101,12 @@ class Campaign:
 
 @dataclass(frozen=True)
 class StoredReport:
-    """A validated report ready to store: its id, output index and wire value."""
+    """A validated report ready to store: its id, output index, wire value, enrollment token."""
 
     report_id: str
     output: int
     value: Any
+    enrollment_token: str | None = None
 
 
 @dataclass(frozen=True)
@@ -112,12 +125,21 @@ class CampaignStore:
     STREAM_KEY = "ldp:{{c:{id}}}:reports"
     SEEN_KEY = "ldp:{{c:{id}}}:seen:{report_id}"
     ESTIMATE_KEY = "ldp:{{c:{id}}}:estimate:{variant}"
+    TOKENS_KEY = "ldp:{{c:{id}}}:enrollment"
 
     def __init__(
-        self, connection: redis.Redis, *, report_id_ttl_s: int = DEFAULT_REPORT_ID_TTL_S
+        self,
+        connection: redis.Redis,
+        *,
+        report_id_ttl_s: int = DEFAULT_REPORT_ID_TTL_S,
+        retention_s: float | None = None,
     ) -> None:
         self.connection = connection
         self.report_id_ttl_s = int(report_id_ttl_s)
+        if retention_s is not None and not retention_s > 0:
+            raise ValueError(f"retention_s must be > 0 or None, got {retention_s!r}")
+        # Raw reports older than this are trimmed from the stream (counts stay); None keeps all.
+        self.retention_s = retention_s
         lua = resources.files("aggregator") / "lua"
         self._create = connection.register_script((lua / "create.lua").read_text("utf-8"))
         self._ingest = connection.register_script((lua / "ingest.lua").read_text("utf-8"))
@@ -214,30 +236,75 @@ class CampaignStore:
     # -- reports -----------------------------------------------------------------------
 
     def ingest(
-        self, campaign_id: str, reports: Sequence[StoredReport], *, now: float | None = None
+        self,
+        campaign_id: str,
+        reports: Sequence[StoredReport],
+        *,
+        enrollment_required: bool = False,
+        now: float | None = None,
     ) -> IngestResult:
         """Store reports not seen before, atomically; count the duplicates.
 
-        Raises :class:`CampaignNotFound` or :class:`CampaignClosed` (then nothing is stored).
+        With ``enrollment_required`` each new report spends its unused enrollment
+        token in the same step (a retried report id is a duplicate, not refused).
+        Raises :class:`CampaignNotFound`, :class:`CampaignClosed` or
+        :class:`EnrollmentRefused` (then nothing is stored). Raw reports older than
+        ``retention_s`` are trimmed from the stream as new ones arrive.
         """
-        hour = int((time.time() if now is None else now) // 3600 * 3600)
+        moment = time.time() if now is None else now
+        hour = int(moment // 3600 * 3600)
+        min_id = 0 if self.retention_s is None else max(int((moment - self.retention_s) * 1000), 1)
         keys = [
             self.CAMPAIGN_KEY.format(id=campaign_id),
             self.COUNTS_KEY.format(id=campaign_id),
             self.HOURLY_KEY.format(id=campaign_id),
             self.STREAM_KEY.format(id=campaign_id),
+            self.TOKENS_KEY.format(id=campaign_id),
         ]
-        args: list[Any] = [self.report_id_ttl_s, hour]
+        args: list[Any] = [self.report_id_ttl_s, hour, int(enrollment_required), min_id]
         for report in reports:
             keys.append(self.SEEN_KEY.format(id=campaign_id, report_id=report.report_id))
             value = json.dumps(report.value, separators=(",", ":"), ensure_ascii=False)
-            args.extend((report.report_id, report.output, value))
-        status, accepted, duplicates = self._ingest(keys=keys, args=args)
+            token = report.enrollment_token
+            digest = token_digest(token) if token is not None else ""
+            args.extend((report.report_id, report.output, value, digest))
+        status, accepted, duplicates, index = self._ingest(keys=keys, args=args)
         if status == 1:
             raise CampaignNotFound(f"no campaign {campaign_id!r}", campaign_id=campaign_id)
         if status == 2:
             raise CampaignClosed(f"campaign {campaign_id!r} is closed", campaign_id=campaign_id)
+        if status == 3:
+            which = f"report {index - 1} of the batch" if len(reports) > 1 else "the report"
+            raise EnrollmentRefused(
+                f"{which} has no valid enrollment token for campaign {campaign_id!r} (never "
+                "issued, or already used by another report); nothing was stored",
+                campaign_id=campaign_id,
+            )
         return IngestResult(accepted=int(accepted), duplicates=int(duplicates))
+
+    # -- enrollment ----------------------------------------------------------------------
+
+    def add_enrollment_tokens(self, campaign_id: str, tokens: Sequence[str]) -> int:
+        """Make ``tokens`` valid for one report each; return how many unused tokens there are."""
+        key = self.TOKENS_KEY.format(id=campaign_id)
+        pipe = self.connection.pipeline(transaction=True)
+        pipe.sadd(key, *(token_digest(token) for token in tokens))
+        pipe.scard(key)
+        return int(pipe.execute()[-1])
+
+    def unused_enrollment_tokens(self, campaign_id: str) -> int:
+        return int(self.connection.scard(self.TOKENS_KEY.format(id=campaign_id)))
+
+    # -- retention -----------------------------------------------------------------------
+
+    def trim_reports(self, campaign_id: str, *, older_than: float) -> int:
+        """Drop stream entries received before ``older_than`` (unix s); counts stay."""
+        min_id = max(int(older_than * 1000), 1)
+        return int(
+            self.connection.xtrim(
+                self.STREAM_KEY.format(id=campaign_id), minid=min_id, approximate=False
+            )
+        )
 
     def counts(self, campaign_id: str) -> dict[int, int]:
         """Reports per output index (indices with no report are absent)."""
