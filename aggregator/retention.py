@@ -31,9 +31,11 @@ DAY_S = 86_400
 
 def retention_seconds(days: Any) -> float | None:
     """Seconds to keep raw reports from a ``RETENTION_DAYS`` setting; None/0/"" keep them all."""
+    if isinstance(days, bool):
+        raise ValueError(f"RETENTION_DAYS must be a number of days, got {days!r}")
     if days is None or days == "" or days == 0:
         return None
-    if isinstance(days, bool) or not isinstance(days, (int, float)):
+    if not isinstance(days, (int, float)):
         try:
             days = float(days)
         except (TypeError, ValueError):

@@ -312,6 +312,28 @@ def flush(obj: _Context, due_only: bool, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("campaign")
+@click.argument("token")
+@_json_option
+@click.pass_obj
+def enroll(obj: _Context, campaign: str, token: str, as_json: bool) -> None:
+    """Keep an enrollment TOKEN for CAMPAIGN: each token admits one report.
+
+    Campaigns with enrollment take reports only with a token their organiser
+    handed out; the next report to CAMPAIGN carries the token and spends it.
+    """
+    with obj.reporter(as_json) as reporter:
+        try:
+            kept = reporter.enroll(campaign, token)
+        except LDPError as exc:
+            raise _fail(exc, as_json) from exc
+    if as_json:
+        click.echo(json.dumps({"campaign": campaign, "tokens": kept}))
+    else:
+        click.echo(f"Enrolled in {campaign}: {kept} unused token(s) on this device.")
+
+
+@cli.command()
+@click.argument("campaign")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @_json_option
 @click.pass_obj

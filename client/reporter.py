@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import secrets
 import time
 import uuid
@@ -53,7 +54,7 @@ from client.state import (
     default_state_dir,
 )
 from client.transport import DEFAULT_TIMEOUT, AggregatorAPI, check_campaign_id, normalize_server_url
-from shared.errors import ReportError
+from shared.errors import ReportError, ValidationError
 from shared.mechanisms import Mechanism
 from shared.spec import PLANAR_LAPLACE, CampaignSpec
 
@@ -64,6 +65,8 @@ BACKOFF_BASE_S = 30.0
 BACKOFF_MAX_S = 6 * 3600.0
 # A report being sent is not due for a periodic flush (another process's) before this.
 IN_FLIGHT_S = 60.0
+# Enrollment tokens as the aggregator accepts them.
+TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,128}")
 # Relative slack for float sums when comparing with the budget and the cap.
 _SLACK = 1e-9
 _LABELS_SHOWN = 20
@@ -272,6 +275,8 @@ class Reporter:
                 state.campaigns[prepared.key] = record
             if not memoized:
                 record.charges[prepared.tag] = charge
+            if prepared.spec.enrollment_required:
+                prepared.payload["enrollment_token"] = self._take_token(state, prepared)
             entry = QueuedReport(
                 server=self.server,
                 campaign_id=campaign_id,
@@ -295,8 +300,14 @@ class Reporter:
             return self._result(prepared, url, QUEUED, charge, memoized, spent, exc.message)
         except ServerError as exc:
             self._reject([entry.report_id], exc)
+            hint = ""
+            if exc.code == "enrollment_refused":
+                hint = (
+                    f"; the token is spent or was never issued: `ldp-client enroll {campaign_id} "
+                    "TOKEN` with another one and report again (the same answer costs no more)"
+                )
             raise type(exc)(
-                f"{exc.message} (the report was made and its budget spent)",
+                f"{exc.message} (the report was made and its budget spent{hint})",
                 status=exc.status,
                 field=exc.field,
                 code=exc.code,
@@ -364,16 +375,55 @@ class Reporter:
     def _extra_fields(self, spec: CampaignSpec) -> dict[str, Any]:
         """Fields a report carries besides ``report_id``, ``value`` and ``spec_hash``.
 
-        This is where an enrollment token will be attached; until the client
-        supports enrollment, such campaigns are refused before anything is spent.
+        For a campaign that requires enrollment: the next unused token (the one
+        a dry run shows; the real report takes whichever is next when it is
+        queued). Without one the report is refused before anything is spent.
         """
-        if spec.enrollment_required:
-            raise ClientError(
-                f"campaign {spec.id!r} requires enrollment, which this client does not support "
-                "yet; nothing was spent or sent",
-                code="enrollment_unsupported",
+        if not spec.enrollment_required:
+            return {}
+        tokens = self.store.read().enrollments.get(campaign_key(self.server, spec.id))
+        if not tokens:
+            raise ClientError(self._no_token_message(spec.id), code="enrollment_needed")
+        return {"enrollment_token": tokens[0]}
+
+    @staticmethod
+    def _no_token_message(campaign_id: str) -> str:
+        return (
+            f"campaign {campaign_id!r} takes reports only with an enrollment token, and none is "
+            f"left on this device: get one from the campaign's organiser and run `ldp-client "
+            f"enroll {campaign_id} TOKEN` (nothing was spent or sent)"
+        )
+
+    def _take_token(self, state: State, prepared: _Prepared) -> str:
+        """Spend the next enrollment token of the campaign (inside the state transaction)."""
+        tokens = state.enrollments.get(prepared.key)
+        if not tokens:
+            raise ClientError(self._no_token_message(prepared.spec.id), code="enrollment_needed")
+        token = tokens.pop(0)
+        if not tokens:
+            del state.enrollments[prepared.key]
+        return token
+
+    def enroll(self, campaign_id: str, token: str) -> int:
+        """Keep an enrollment token for ``campaign_id`` on this server; return how many are kept.
+
+        Each token admits one report. The token is stored as given (it is a
+        credential for this campaign, not a secret about the user); no network.
+        """
+        campaign_id = check_campaign_id(campaign_id)
+        if not isinstance(token, str) or not TOKEN_PATTERN.fullmatch(token.strip()):
+            raise ValidationError(
+                "an enrollment token is 16 to 128 characters of A-Z, a-z, 0-9, '_' or '-'",
+                field="token",
+                code="invalid_token",
             )
-        return {}
+        token = token.strip()
+        key = campaign_key(self.server, campaign_id)
+        with self.store.transaction() as state:
+            tokens = state.enrollments.setdefault(key, [])
+            if token not in tokens:
+                tokens.append(token)
+            return len(tokens)
 
     def _charge(self, state: State, prepared: _Prepared) -> tuple[float, bool]:
         """(epsilon to charge, whether this value was reported before); raises if refused."""

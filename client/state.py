@@ -3,7 +3,7 @@
 Layout (the directory is ``0700``, every file ``0600``)::
 
     secret        32 random bytes, created once, never rewritten
-    state.json    pins, ledger and queue, one JSON document
+    state.json    pins, ledger, queue and enrollment tokens, one JSON document
     lock          an advisory lock (``flock``) taken around every read-modify-write
 
 Pins, ledger and queue live in one document so that spending budget and
@@ -179,6 +179,8 @@ class State:
     rejected: list[RejectedReport] = field(default_factory=list)
     # Spent in campaigns the user has since forgotten: still spent.
     forgotten_spent: float = 0.0
+    # campaign key -> unused enrollment tokens, each good for one report
+    enrollments: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def total_spent(self) -> float:
@@ -191,6 +193,7 @@ class State:
             "queue": [entry.to_dict() for entry in self.queue],
             "rejected": [entry.to_dict() for entry in self.rejected],
             "forgotten_spent": self.forgotten_spent,
+            "enrollments": self.enrollments,
         }
 
     @classmethod
@@ -205,7 +208,17 @@ class State:
             queue=[QueuedReport.from_dict(entry) for entry in _typed(data, "queue", list)],
             rejected=[RejectedReport.from_dict(entry) for entry in _typed(data, "rejected", list)],
             forgotten_spent=float(_number(data.get("forgotten_spent", 0.0))),
+            enrollments=_enrollments(data.get("enrollments", {})),
         )
+
+
+def _enrollments(data: Any) -> dict[str, list[str]]:
+    if not isinstance(data, dict) or not all(
+        isinstance(tokens, list) and all(isinstance(t, str) for t in tokens)
+        for tokens in data.values()
+    ):
+        raise ValueError("enrollments must map campaigns to lists of tokens")
+    return {str(key): list(tokens) for key, tokens in data.items()}
 
 
 def _typed(data: Any, name: str, kind: type | tuple[type, ...]) -> Any:

@@ -258,7 +258,7 @@ def test_closed_unknown_and_enrollment_campaigns_are_refused(fake, make_reporter
     fake.add({**KRR_SPEC, "id": "enrolled", "enrollment_required": True})
     with pytest.raises(ClientError, match="enrollment") as info:
         make_reporter().report("enrolled", "apple")
-    assert info.value.code == "enrollment_unsupported"
+    assert info.value.code == "enrollment_needed"
     assert fake.posts() == [] and state_bytes(state_dir) is None
 
 
