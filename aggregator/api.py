@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import time
 from typing import Any
 
 import flask
+import limits
 
 from aggregator import estimates, export
 from aggregator.auth import ADMIN, ANALYST, require
 from aggregator.db import get_channels, get_store
 from aggregator.errors import APIError
 from aggregator.reports import parse_submission
-from aggregator.store import STATUSES, Campaign
+from aggregator.store import STATUSES, Campaign, CampaignNotFound, RateLimit, SpecChanged
 from shared.errors import ValidationError
 from shared.spec import ID_PATTERN, SERVER_FIELDS, CampaignSpec
 
@@ -115,20 +118,65 @@ def update_campaign(campaign_id: str) -> flask.Response:
     return flask.jsonify(get_store().set_status(campaign_id, body["status"]).to_wire())
 
 
+@functools.lru_cache(maxsize=8)
+def _parse_limit(setting: str) -> tuple[int, int]:
+    """``"600 per minute"`` as (600, 60)."""
+    item = limits.parse(setting)
+    return item.amount, item.get_expiry()
+
+
+def _report_rate_limit(campaign_id: str) -> RateLimit | None:
+    config = flask.current_app.config
+    if not config["RATELIMIT_ENABLED"]:
+        return None
+    amount, window_s = _parse_limit(str(config["RATELIMIT_REPORTS"]))
+    return RateLimit(amount, window_s, flask.request.remote_addr or "unknown")
+
+
 @bp.post("/campaigns/<campaign_id>/reports")
 def submit_reports(campaign_id: str) -> flask.Response:
-    campaign = load_campaign(campaign_id)
-    reports = parse_submission(
-        json_body(),
-        campaign.mechanism,
-        campaign.spec_hash,
-        max_batch=flask.current_app.config["MAX_BATCH"],
-        enrollment_required=campaign.spec.enrollment_required,
-    )
-    result = get_store().ingest(
-        campaign_id, reports, enrollment_required=campaign.spec.enrollment_required
-    )
-    return flask.jsonify(
+    """Validate and store reports: one Redis call on the usual path.
+
+    The campaign's spec comes from the process's copy and the ingestion script
+    checks its hash, the campaign's status and the client's rate limit in the
+    same call; a spec that changed under the copy is read again and the
+    reports checked again, once.
+    """
+    if not ID_PATTERN.match(campaign_id):
+        raise APIError(404, "campaign_not_found", f"no campaign {campaign_id!r}")
+    store = get_store()
+    campaign = store.campaign_for_reports(campaign_id)
+    body = json_body()
+    rate_limit = _report_rate_limit(campaign_id)
+    for attempt in (1, 2):
+        enrollment_required = campaign.spec.enrollment_required
+        try:
+            reports = parse_submission(
+                body,
+                campaign.mechanism,
+                campaign.spec_hash,
+                max_batch=flask.current_app.config["MAX_BATCH"],
+                enrollment_required=enrollment_required,
+            )
+            result = store.ingest(
+                campaign_id,
+                reports,
+                enrollment_required=enrollment_required,
+                spec_hash=campaign.spec_hash,
+                rate_limit=rate_limit,
+            )
+            break
+        except (ValidationError, SpecChanged, CampaignNotFound):
+            # Refused against this process's copy: read the campaign again, and check
+            # again only if its spec is not the one the copy had.
+            store.forget_campaign(campaign_id)
+            if attempt == 2:
+                raise
+            stale_hash = campaign.spec_hash
+            campaign = store.campaign_for_reports(campaign_id)
+            if campaign.spec_hash == stale_hash:
+                raise
+    response = flask.jsonify(
         {
             "campaign": campaign_id,
             "received": len(reports),
@@ -136,6 +184,12 @@ def submit_reports(campaign_id: str) -> flask.Response:
             "duplicates": result.duplicates,
         }
     )
+    if rate_limit is not None and flask.current_app.config["RATELIMIT_HEADERS_ENABLED"]:
+        response.headers["X-RateLimit-Limit"] = str(rate_limit.amount)
+        remaining = max(rate_limit.amount - result.window_hits, 0)
+        response.headers["X-RateLimit-Remaining"] = str(remaining)
+        response.headers["X-RateLimit-Reset"] = str(int(time.time()) + result.window_ttl_s)
+    return response
 
 
 def _check_parameters(allowed: set[str]) -> None:

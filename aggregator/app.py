@@ -70,12 +70,9 @@ def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
     limiter.init_app(app)
     # The limit decorator holds the limiter only weakly, and a disabled limiter does not
     # register itself in app.extensions: without this reference it is collected and every
-    # report request fails.
+    # limited view fails.
     app.extensions["ldp_limiter"] = limiter
-    # The limit wraps the view, so the limiter lives with this app rather than in a module.
-    reports_view = "api.submit_reports"
-    app.view_functions[reports_view] = limiter.limit(
-        lambda: flask.current_app.config["RATELIMIT_REPORTS"]
-    )(app.view_functions[reports_view])
+    # Report submissions are limited (RATELIMIT_REPORTS) inside the ingestion script, in
+    # the same Redis call that stores them: see aggregator.api.submit_reports.
     ratelimits.limit_public_views(app, limiter)
     return app

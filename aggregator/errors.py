@@ -17,6 +17,8 @@ from aggregator.store import (
     CampaignExists,
     CampaignNotFound,
     EnrollmentRefused,
+    RateLimited,
+    SpecChanged,
     StoreError,
 )
 from shared.errors import LDPError, ValidationError
@@ -28,6 +30,8 @@ _STORE_STATUS = {
     CampaignClosed: 409,
     CampaignExists: 409,
     EnrollmentRefused: 403,
+    SpecChanged: 409,
+    RateLimited: 429,
 }
 _HTTP_CODES = {
     400: "bad_request",
@@ -73,7 +77,10 @@ def _validation_error(error: ValidationError) -> flask.Response:
 
 
 def _store_error(error: StoreError) -> flask.Response:
-    return error_response(_STORE_STATUS.get(type(error), 409), error.code, error.message)
+    response = error_response(_STORE_STATUS.get(type(error), 409), error.code, error.message)
+    if isinstance(error, RateLimited):
+        response.headers["Retry-After"] = str(error.retry_after_s)
+    return response
 
 
 def _http_error(error: HTTPException) -> flask.Response:

@@ -99,6 +99,35 @@ class Campaign:
         }
 
 
+class SpecChanged(StoreError):
+    """The stored spec is not the one the reports were validated against (nothing stored)."""
+
+    code = "spec_changed"
+
+
+class RateLimited(StoreError):
+    """The client has used up its submissions for the current window (nothing stored)."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, campaign_id: str, retry_after_s: int) -> None:
+        super().__init__(message, campaign_id=campaign_id)
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """A fixed-window limit on one client's submissions to one campaign.
+
+    Checked and counted inside the ingestion script, so it costs no round trip
+    of its own; ``client`` is the client's address (or another stable name).
+    """
+
+    amount: int
+    window_s: int
+    client: str
+
+
 @dataclass(frozen=True)
 class StoredReport:
     """A validated report ready to store: its id, output index, wire value, enrollment token."""
@@ -113,6 +142,9 @@ class StoredReport:
 class IngestResult:
     accepted: int
     duplicates: int
+    # Submissions counted in the rate-limit window so far, and its seconds left (0: no limit).
+    window_hits: int = 0
+    window_ttl_s: int = 0
 
 
 class CampaignStore:
@@ -126,6 +158,7 @@ class CampaignStore:
     SEEN_KEY = "ldp:{{c:{id}}}:seen:{report_id}"
     ESTIMATE_KEY = "ldp:{{c:{id}}}:estimate:{variant}"
     TOKENS_KEY = "ldp:{{c:{id}}}:enrollment"
+    RATE_KEY = "ldp:{{c:{id}}}:ratelimit:{client}:{window}"
 
     def __init__(
         self,
@@ -144,6 +177,7 @@ class CampaignStore:
         self._create = connection.register_script((lua / "create.lua").read_text("utf-8"))
         self._ingest = connection.register_script((lua / "ingest.lua").read_text("utf-8"))
         self._parsed: OrderedDict[str, tuple[CampaignSpec, Mechanism]] = OrderedDict()
+        self._known: OrderedDict[str, Campaign] = OrderedDict()
 
     # -- campaigns ---------------------------------------------------------------------
 
@@ -176,6 +210,25 @@ class CampaignStore:
         if campaign is None:
             raise CampaignNotFound(f"no campaign {campaign_id!r}", campaign_id=campaign_id)
         return campaign
+
+    def campaign_for_reports(self, campaign_id: str) -> Campaign:
+        """The campaign as this process last read it, for validating reports without a read.
+
+        Its spec is what :meth:`ingest` verifies by hash (a spec never changes while the
+        campaign exists); its status and report count may be out of date. Reads the
+        store only for a campaign not seen yet (:class:`CampaignNotFound` if unknown).
+        """
+        campaign = self._known.get(campaign_id)
+        if campaign is None:
+            campaign = self.get_campaign(campaign_id)
+            self._known[campaign_id] = campaign
+            if len(self._known) > SPEC_CACHE_SIZE:
+                self._known.popitem(last=False)
+        return campaign
+
+    def forget_campaign(self, campaign_id: str) -> None:
+        """Drop the process's copy kept by :meth:`campaign_for_reports`."""
+        self._known.pop(campaign_id, None)
 
     def list_campaigns(self) -> list[Campaign]:
         """All campaigns, oldest first."""
@@ -241,34 +294,58 @@ class CampaignStore:
         reports: Sequence[StoredReport],
         *,
         enrollment_required: bool = False,
+        spec_hash: str | None = None,
+        rate_limit: RateLimit | None = None,
         now: float | None = None,
     ) -> IngestResult:
         """Store reports not seen before, atomically; count the duplicates.
 
         With ``enrollment_required`` each new report spends its unused enrollment
         token in the same step (a retried report id is a duplicate, not refused).
-        Raises :class:`CampaignNotFound`, :class:`CampaignClosed` or
-        :class:`EnrollmentRefused` (then nothing is stored). Raw reports older than
-        ``retention_s`` are trimmed from the stream as new ones arrive.
+        ``spec_hash``, if given, must be the stored spec's (else :class:`SpecChanged`);
+        ``rate_limit`` counts this submission against the client's window in the same
+        step (:class:`RateLimited` once it is used up). Raises :class:`CampaignNotFound`,
+        :class:`CampaignClosed` or :class:`EnrollmentRefused` too; in every case
+        nothing is stored. Raw reports older than ``retention_s`` are trimmed from the
+        stream as new ones arrive.
         """
         moment = time.time() if now is None else now
         hour = int(moment // 3600 * 3600)
         min_id = 0 if self.retention_s is None else max(int((moment - self.retention_s) * 1000), 1)
+        if rate_limit is None:
+            limit, window_s, rate_key = (
+                0,
+                0,
+                self.RATE_KEY.format(id=campaign_id, client="", window=0),
+            )
+        else:
+            limit, window_s = rate_limit.amount, rate_limit.window_s
+            window = int(moment // window_s)
+            rate_key = self.RATE_KEY.format(id=campaign_id, client=rate_limit.client, window=window)
         keys = [
             self.CAMPAIGN_KEY.format(id=campaign_id),
             self.COUNTS_KEY.format(id=campaign_id),
             self.HOURLY_KEY.format(id=campaign_id),
             self.STREAM_KEY.format(id=campaign_id),
             self.TOKENS_KEY.format(id=campaign_id),
+            rate_key,
         ]
-        args: list[Any] = [self.report_id_ttl_s, hour, int(enrollment_required), min_id]
+        args: list[Any] = [
+            self.report_id_ttl_s,
+            hour,
+            int(enrollment_required),
+            min_id,
+            spec_hash or "",
+            limit,
+            window_s,
+        ]
         for report in reports:
             keys.append(self.SEEN_KEY.format(id=campaign_id, report_id=report.report_id))
             value = json.dumps(report.value, separators=(",", ":"), ensure_ascii=False)
             token = report.enrollment_token
             digest = token_digest(token) if token is not None else ""
             args.extend((report.report_id, report.output, value, digest))
-        status, accepted, duplicates, index = self._ingest(keys=keys, args=args)
+        status, accepted, duplicates, index, hits, window_ttl = self._ingest(keys=keys, args=args)
         if status == 1:
             raise CampaignNotFound(f"no campaign {campaign_id!r}", campaign_id=campaign_id)
         if status == 2:
@@ -280,7 +357,25 @@ class CampaignStore:
                 "issued, or already used by another report); nothing was stored",
                 campaign_id=campaign_id,
             )
-        return IngestResult(accepted=int(accepted), duplicates=int(duplicates))
+        if status == 4:
+            raise SpecChanged(
+                f"campaign {campaign_id!r} no longer has the spec the reports were checked "
+                "against; nothing was stored",
+                campaign_id=campaign_id,
+            )
+        if status == 5:
+            raise RateLimited(
+                f"rate limit exceeded ({limit} submissions per {window_s} s to this campaign); "
+                "retry later",
+                campaign_id=campaign_id,
+                retry_after_s=max(int(window_ttl), 1),
+            )
+        return IngestResult(
+            accepted=int(accepted),
+            duplicates=int(duplicates),
+            window_hits=int(hits),
+            window_ttl_s=int(window_ttl),
+        )
 
     # -- enrollment ----------------------------------------------------------------------
 

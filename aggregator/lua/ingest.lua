@@ -2,38 +2,61 @@
 --
 -- KEYS[1] campaign hash   KEYS[2] counts hash   KEYS[3] hourly counts hash
 -- KEYS[4] report stream   KEYS[5] unused enrollment tokens (set of SHA-256 hex digests)
--- KEYS[6..] one "seen" key per report (report id dedupe)
+-- KEYS[6] rate-limit counter of this client and window
+-- KEYS[7..] one "seen" key per report (report id dedupe)
 -- ARGV[1] dedupe retention in seconds   ARGV[2] hour bucket (unix seconds)
 -- ARGV[3] 1 if the campaign requires enrollment, else 0
 -- ARGV[4] retention: stream entries older than this id (unix ms) are trimmed; 0 keeps all
--- ARGV[5 + 4i] .. ARGV[8 + 4i]: report i's id, output index, value JSON, token digest ('' if none)
+-- ARGV[5] the spec hash the reports were validated against ('' to skip the check)
+-- ARGV[6] submissions allowed per window (0: no limit)   ARGV[7] window in seconds
+-- ARGV[8 + 4i] .. ARGV[11 + 4i]: report i's id, output index, value JSON, token digest ('' if none)
 --
--- Returns {status, accepted, duplicates, index}; status 0 = stored, 1 = no such campaign,
--- 2 = campaign closed, 3 = report number `index` (1-based) has no unused enrollment token.
--- Nothing is written unless the status is 0. A report id already stored is a duplicate
--- whatever its token (a retry must not be refused because its token was spent by itself).
-local status = redis.call('HGET', KEYS[1], 'status')
+-- Returns {status, accepted, duplicates, index, hits, ttl}; status 0 = stored,
+-- 1 = no such campaign, 2 = campaign closed, 3 = report number `index` (1-based) has no
+-- unused enrollment token, 4 = the campaign's spec hash is not ARGV[5] (validated against a
+-- spec no longer stored), 5 = rate limited. `hits` is this window's submissions so far and
+-- `ttl` the seconds left in it (both 0 without a limit). Nothing is written unless the
+-- status is 0, except the rate-limit counter (statuses 0, 2, 3, 5). A report id already
+-- stored is a duplicate whatever its token (a retry must not be refused because its token
+-- was spent by itself).
+local meta = redis.call('HMGET', KEYS[1], 'status', 'spec_hash')
+local status = meta[1]
 if not status then
-  return {1, 0, 0, 0}
+  return {1, 0, 0, 0, 0, 0}
+end
+if ARGV[5] ~= '' and meta[2] ~= ARGV[5] then
+  return {4, 0, 0, 0, 0, 0}
+end
+local limit = tonumber(ARGV[6])
+local hits, window_ttl = 0, 0
+if limit > 0 then
+  hits = redis.call('INCR', KEYS[6])
+  if hits == 1 then
+    redis.call('EXPIRE', KEYS[6], ARGV[7])
+  end
+  window_ttl = redis.call('TTL', KEYS[6])
+  if hits > limit then
+    return {5, 0, 0, 0, hits, window_ttl}
+  end
 end
 if status ~= 'open' then
-  return {2, 0, 0, 0}
+  return {2, 0, 0, 0, hits, window_ttl}
 end
 local ttl = ARGV[1]
 local hour = ARGV[2]
 local enrollment = ARGV[3] == '1'
 local min_id = tonumber(ARGV[4])
-local n = #KEYS - 5
+local n = #KEYS - 6
 
 if enrollment then
   local ids, tokens = {}, {}
   for r = 1, n do
-    local base = 1 + 4 * r
+    local base = 4 + 4 * r
     local id, token = ARGV[base], ARGV[base + 3]
-    if not ids[id] and redis.call('EXISTS', KEYS[5 + r]) == 0 then
+    if not ids[id] and redis.call('EXISTS', KEYS[6 + r]) == 0 then
       ids[id] = true
       if token == '' or tokens[token] or redis.call('SISMEMBER', KEYS[5], token) == 0 then
-        return {3, 0, 0, r}
+        return {3, 0, 0, r, hits, window_ttl}
       end
       tokens[token] = true
     end
@@ -43,8 +66,8 @@ end
 local accepted = 0
 local duplicates = 0
 for r = 1, n do
-  local base = 1 + 4 * r
-  if redis.call('SET', KEYS[5 + r], '1', 'NX', 'EX', ttl) then
+  local base = 4 + 4 * r
+  if redis.call('SET', KEYS[6 + r], '1', 'NX', 'EX', ttl) then
     local output = ARGV[base + 1]
     if enrollment then
       redis.call('SREM', KEYS[5], ARGV[base + 3])
@@ -63,4 +86,4 @@ if accepted > 0 then
     redis.call('XTRIM', KEYS[4], 'MINID', min_id)
   end
 end
-return {0, accepted, duplicates, 0}
+return {0, accepted, duplicates, 0, hits, window_ttl}
