@@ -292,7 +292,17 @@
     message.hidden = !text;
   }
 
+  /* The poisoning check of the estimate API: a banner while the counts are flagged. */
+  function renderPoisoning(estimate) {
+    var check = estimate.poisoning;
+    var flagged = Boolean(check && check.flagged);
+    document.getElementById("poisoning-banner").hidden = !flagged;
+    setText("poisoning-text", flagged ? check.explanation : "");
+    root.dataset.poisoningFlagged = String(flagged);
+  }
+
   function renderEstimate(estimate) {
+    renderPoisoning(estimate);
     setText("estimate-n", estimate.n.toLocaleString("en"));
     if (estimate.n === 0) {
       setText("estimate-iterations", "–");
