@@ -23,9 +23,12 @@ _REPORT_FIELDS = frozenset({"report_id", "value", "spec_hash", "enrollment_token
 # Enrollment tokens as issued (secrets.token_urlsafe), with room for other issuers.
 TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _BATCH_FIELDS = frozenset({"reports", "spec_hash"})
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _check_keys(obj: dict, allowed: frozenset[str], prefix: str) -> None:
+    if obj.keys() <= allowed:
+        return
     unknown = sorted(set(obj) - allowed)
     if unknown:
         raise ReportError(f"unknown field {unknown[0]!r}", field=f"{prefix}{unknown[0]}")
@@ -46,6 +49,8 @@ def _check_spec_hash(obj: dict, expected: str, field: str) -> None:
 
 
 def _report_id(raw: Any, field: str) -> str:
+    if isinstance(raw, str) and _CANONICAL_UUID.fullmatch(raw):
+        return raw  # already in the form uuid.UUID would give (the usual case, and fast)
     if not isinstance(raw, str):
         raise ReportError(f"{field} must be a UUID string", field=field)
     try:

@@ -339,12 +339,21 @@ class CampaignStore:
             limit,
             window_s,
         ]
+        seen_prefix = self.SEEN_KEY.format(id=campaign_id, report_id="")
+        args.append(len(seen_prefix.encode()))
+        # The wire value is a function of the output index: encode each one once.
+        encoded: dict[int, str] = {}
         for report in reports:
-            keys.append(self.SEEN_KEY.format(id=campaign_id, report_id=report.report_id))
-            value = json.dumps(report.value, separators=(",", ":"), ensure_ascii=False)
-            token = report.enrollment_token
-            digest = token_digest(token) if token is not None else ""
-            args.extend((report.report_id, report.output, value, digest))
+            keys.append(seen_prefix + report.report_id)
+            value = encoded.get(report.output)
+            if value is None:
+                value = json.dumps(report.value, separators=(",", ":"), ensure_ascii=False)
+                encoded[report.output] = value
+            args.append(report.output)
+            args.append(value)
+            if enrollment_required:
+                token = report.enrollment_token
+                args.append(token_digest(token) if token is not None else "")
         status, accepted, duplicates, index, hits, window_ttl = self._ingest(keys=keys, args=args)
         if status == 1:
             raise CampaignNotFound(f"no campaign {campaign_id!r}", campaign_id=campaign_id)

@@ -3,13 +3,14 @@
 -- KEYS[1] campaign hash   KEYS[2] counts hash   KEYS[3] hourly counts hash
 -- KEYS[4] report stream   KEYS[5] unused enrollment tokens (set of SHA-256 hex digests)
 -- KEYS[6] rate-limit counter of this client and window
--- KEYS[7..] one "seen" key per report (report id dedupe)
+-- KEYS[7..] one "seen" key per report (report id dedupe): a common prefix, then the id
 -- ARGV[1] dedupe retention in seconds   ARGV[2] hour bucket (unix seconds)
 -- ARGV[3] 1 if the campaign requires enrollment, else 0
 -- ARGV[4] retention: stream entries older than this id (unix ms) are trimmed; 0 keeps all
 -- ARGV[5] the spec hash the reports were validated against ('' to skip the check)
 -- ARGV[6] submissions allowed per window (0: no limit)   ARGV[7] window in seconds
--- ARGV[8 + 4i] .. ARGV[11 + 4i]: report i's id, output index, value JSON, token digest ('' if none)
+-- ARGV[8] length of the seen keys' prefix (the report id is the rest of the key)
+-- then per report: output index, value JSON and, only if ARGV[3] is 1, its token digest
 --
 -- Returns {status, accepted, duplicates, index, hits, ttl}; status 0 = stored,
 -- 1 = no such campaign, 2 = campaign closed, 3 = report number `index` (1-based) has no
@@ -47,12 +48,14 @@ local hour = ARGV[2]
 local enrollment = ARGV[3] == '1'
 local min_id = tonumber(ARGV[4])
 local n = #KEYS - 6
+local stride = enrollment and 3 or 2
+local id_from = tonumber(ARGV[8]) + 1
 
 if enrollment then
   local ids, tokens = {}, {}
   for r = 1, n do
-    local base = 4 + 4 * r
-    local id, token = ARGV[base], ARGV[base + 3]
+    local base = 9 + stride * (r - 1)
+    local id, token = KEYS[6 + r], ARGV[base + 2]
     if not ids[id] and redis.call('EXISTS', KEYS[6 + r]) == 0 then
       ids[id] = true
       if token == '' or tokens[token] or redis.call('SISMEMBER', KEYS[5], token) == 0 then
@@ -66,14 +69,15 @@ end
 local accepted = 0
 local duplicates = 0
 for r = 1, n do
-  local base = 4 + 4 * r
+  local base = 9 + stride * (r - 1)
   if redis.call('SET', KEYS[6 + r], '1', 'NX', 'EX', ttl) then
-    local output = ARGV[base + 1]
+    local output = ARGV[base]
     if enrollment then
-      redis.call('SREM', KEYS[5], ARGV[base + 3])
+      redis.call('SREM', KEYS[5], ARGV[base + 2])
     end
     redis.call('HINCRBY', KEYS[2], output, 1)
-    redis.call('XADD', KEYS[4], '*', 'report_id', ARGV[base], 'y', output, 'value', ARGV[base + 2])
+    local report_id = string.sub(KEYS[6 + r], id_from)
+    redis.call('XADD', KEYS[4], '*', 'report_id', report_id, 'y', output, 'value', ARGV[base + 1])
     accepted = accepted + 1
   else
     duplicates = duplicates + 1
