@@ -6,6 +6,7 @@ the environment, after the fork, so no connection is shared across processes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
@@ -20,8 +21,9 @@ THREADS_PER_WORKER = 4
 
 
 class _Server(BaseApplication):
-    def __init__(self, options: dict[str, Any]) -> None:
+    def __init__(self, options: dict[str, Any], app_factory: Callable[[], Any]) -> None:
         self.options = options
+        self.app_factory = app_factory
         super().__init__()
 
     def load_config(self) -> None:
@@ -29,19 +31,24 @@ class _Server(BaseApplication):
             self.cfg.set(key, value)
 
     def load(self) -> Any:
-        return create_app()
+        return self.app_factory()
 
 
-def run_gunicorn(*, host: str, port: int, workers: int) -> None:
-    """Serve until interrupted."""
-    _Server(
-        {
-            "bind": f"{host}:{port}",
-            "workers": workers,
-            "worker_class": "gthread",
-            "threads": THREADS_PER_WORKER,
-            "timeout": WORKER_TIMEOUT_S,
-            "accesslog": "-",
-            "preload_app": False,
-        }
-    ).run()
+def gunicorn_options(*, host: str, port: int, workers: int) -> dict[str, Any]:
+    """The worker setup of ``serve`` (the ingestion benchmark runs its baseline with it too)."""
+    return {
+        "bind": f"{host}:{port}",
+        "workers": workers,
+        "worker_class": "gthread",
+        "threads": THREADS_PER_WORKER,
+        "timeout": WORKER_TIMEOUT_S,
+        "accesslog": "-",
+        "preload_app": False,
+    }
+
+
+def run_gunicorn(
+    *, host: str, port: int, workers: int, app_factory: Callable[[], Any] = create_app
+) -> None:
+    """Serve ``app_factory()`` (built in each worker) until interrupted."""
+    _Server(gunicorn_options(host=host, port=port, workers=workers), app_factory).run()
