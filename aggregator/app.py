@@ -19,7 +19,7 @@ from flask_limiter.util import get_remote_address
 from aggregator import api, cors, dashboard, enrollment, openapi, ratelimits
 from aggregator.db import EXTENSION, StoreHandle
 from aggregator.errors import register_error_handlers
-from aggregator.redis_server import DEFAULT_DATA_DIR
+from aggregator.redis_server import DEFAULT_DATA_DIR, DEFAULT_FSYNC
 from aggregator.reports import DEFAULT_MAX_BATCH
 from aggregator.store import DEFAULT_REPORT_ID_TTL_S
 
@@ -28,7 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "ANALYST_TOKEN": None,
     "REDIS_URL": None,
     "DATA_DIR": DEFAULT_DATA_DIR,
-    "REDIS_FSYNC": "everysec",
+    "REDIS_FSYNC": DEFAULT_FSYNC,
     "REPORT_ID_TTL_S": DEFAULT_REPORT_ID_TTL_S,
     "MAX_BATCH": DEFAULT_MAX_BATCH,
     "MAX_CONTENT_LENGTH": 1024 * 1024,

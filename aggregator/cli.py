@@ -17,7 +17,13 @@ import click
 import redis
 
 from aggregator import estimates, export
-from aggregator.redis_server import DEFAULT_DATA_DIR, FSYNC_POLICIES, EmbeddedRedis, connect_url
+from aggregator.redis_server import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_FSYNC,
+    FSYNC_POLICIES,
+    EmbeddedRedis,
+    connect_url,
+)
 from aggregator.store import CLOSED, OPEN, CampaignStore
 from shared.errors import LDPError
 from shared.spec import CampaignSpec
@@ -76,7 +82,7 @@ class _Group(click.Group):
 @click.option(
     "--fsync",
     envvar="LDP_REDIS_FSYNC",
-    default="everysec",
+    default=DEFAULT_FSYNC,
     show_default=True,
     type=click.Choice(FSYNC_POLICIES),
     help="The embedded Redis's appendfsync policy.",

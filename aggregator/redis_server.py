@@ -22,6 +22,11 @@ import redis
 
 DEFAULT_DATA_DIR = ".ldp-data"
 FSYNC_POLICIES = ("always", "everysec", "no")
+# Acknowledged reports must survive a crash of Redis: with "always" Redis writes and fsyncs
+# the append-only file before it replies. "everysec" usually has the write done before the
+# reply too, but postpones it (up to 2 s) while a background fsync is slow, and a crash then
+# loses reports already acknowledged; see docs/aggregator.md and BENCHMARKS.md for the cost.
+DEFAULT_FSYNC = "always"
 START_TIMEOUT_S = 10.0
 SOCKET_NAME = "redis.sock"
 PID_NAME = "redis.pid"
@@ -64,11 +69,13 @@ class EmbeddedRedis:
     data_dir : path
         Where the append-only file, snapshot, socket and log live.
     appendfsync : {"always", "everysec", "no"}
-        Redis's fsync policy. ``everysec`` (default) survives a crash of the Redis
-        process; ``always`` also survives power loss, at some throughput.
+        Redis's fsync policy. ``always`` (default) keeps every acknowledged write
+        through a crash of Redis or of the machine. ``everysec`` is faster for single
+        reports and usually survives a crash of the Redis process, but not while a slow
+        background fsync makes Redis postpone its writes (up to 2 s), nor power loss.
     """
 
-    def __init__(self, data_dir: str | os.PathLike, *, appendfsync: str = "everysec") -> None:
+    def __init__(self, data_dir: str | os.PathLike, *, appendfsync: str = DEFAULT_FSYNC) -> None:
         if appendfsync not in FSYNC_POLICIES:
             raise ValueError(f"appendfsync must be one of {FSYNC_POLICIES}, got {appendfsync!r}")
         self.data_dir = Path(data_dir).resolve()
