@@ -216,22 +216,29 @@ class PlanarLaplaceChannel(Channel):
 
     def forward(self, p: np.ndarray) -> np.ndarray:
         rows, cols = self.rows, self.cols
-        full = self._convolve(p.reshape(rows, cols))[: 3 * rows, : 3 * cols]
-        # Extended row e sits at index e + rows; fold e < 0 onto row 0, e >= rows onto rows - 1.
-        folded = full[rows : 2 * rows].copy()
-        folded[0] += full[:rows].sum(axis=0)
-        folded[-1] += full[2 * rows :].sum(axis=0)
-        out = folded[:, cols : 2 * cols].copy()
-        out[:, 0] += folded[:, :cols].sum(axis=1)
-        out[:, -1] += folded[:, 2 * cols :].sum(axis=1)
+        full = self._convolve(p.reshape(rows, cols))
+        # Extended row e sits at index e + rows: fold e < 0 onto row 0 and e >= rows onto
+        # rows - 1, then the same for columns, in place on the fresh FFT output.
+        band = full[rows : 2 * rows]
+        band[0] += full[:rows].sum(axis=0)
+        band[-1] += full[2 * rows : 3 * rows].sum(axis=0)
+        band[:, cols] += band[:, :cols].sum(axis=1)
+        band[:, 2 * cols - 1] += band[:, 2 * cols : 3 * cols].sum(axis=1)
+        out = band[:, cols : 2 * cols].ravel()
         # FFT round-off can leave -1e-18 where a distribution's image is 0: clear it for
         # non-negative inputs only, so that signed vectors (GMRES, probes) stay linear.
-        out = out.ravel()
-        return np.maximum(out, 0.0) if np.all(p >= 0) else out
+        return np.maximum(out, 0.0, out=out) if np.all(p >= 0) else out
 
     def backward(self, u: np.ndarray) -> np.ndarray:
         rows, cols = self.rows, self.cols
-        extended = np.pad(u.reshape(rows, cols), ((rows, rows), (cols, cols)), mode="edge")
+        grid = u.reshape(rows, cols)
+        # u extended by its edge values (np.pad(mode="edge"), without its overhead).
+        extended = np.empty((3 * rows, 3 * cols))
+        extended[rows : 2 * rows, cols : 2 * cols] = grid
+        extended[:rows, cols : 2 * cols] = grid[0]
+        extended[2 * rows :, cols : 2 * cols] = grid[-1]
+        extended[:, :cols] = extended[:, cols : cols + 1]
+        extended[:, 2 * cols :] = extended[:, 2 * cols - 1 : 2 * cols]
         # The kernel is symmetric, so correlation is convolution; the valid part starts at 2 rows.
         full = self._convolve(extended)
         return full[2 * rows : 3 * rows, 2 * cols : 3 * cols].ravel()
