@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import flask
+from flask.sessions import SecureCookieSessionInterface, SessionMixin
 from flask_limiter import Limiter
 from flask_limiter.util import get_remote_address
 
@@ -47,6 +48,18 @@ def _limiter_storage(redis_url: str | None) -> str:
     return redis_url
 
 
+REPORTS_VIEW = "api.submit_reports"
+
+
+class _SessionInterface(SecureCookieSessionInterface):
+    """Flask's signed-cookie sessions, not opened for the API (it authenticates by token)."""
+
+    def open_session(self, app: flask.Flask, request: flask.Request) -> SessionMixin | None:
+        if request.path.startswith("/api/"):
+            return self.null_session_class()
+        return super().open_session(app, request)
+
+
 def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
     """Build the aggregator app; ``test_config`` replaces the environment when given."""
     app = flask.Flask(__name__)
@@ -57,6 +70,7 @@ def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
         app.config.from_mapping(test_config)
     app.config.setdefault("RATELIMIT_STORAGE_URI", _limiter_storage(app.config["REDIS_URL"]))
     app.json.sort_keys = False
+    app.session_interface = _SessionInterface()
 
     app.extensions[EXTENSION] = StoreHandle(app.config)
     register_error_handlers(app)
@@ -73,6 +87,8 @@ def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
     # limited view fails.
     app.extensions["ldp_limiter"] = limiter
     # Report submissions are limited (RATELIMIT_REPORTS) inside the ingestion script, in
-    # the same Redis call that stores them: see aggregator.api.submit_reports.
+    # the same Redis call that stores them (see aggregator.api.submit_reports): the
+    # limiter skips them before resolving any limit.
+    limiter.request_filter(lambda: flask.request.endpoint == REPORTS_VIEW)
     ratelimits.limit_public_views(app, limiter)
     return app

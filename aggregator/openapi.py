@@ -34,6 +34,20 @@ def _json_or_csv(schema: dict, description: str, *, headers: dict | None = None)
     return response
 
 
+_RATE_LIMIT_HEADERS = {
+    "X-RateLimit-Limit": {
+        "description": "submissions allowed per window, per client address and campaign",
+        "schema": {"type": "integer"},
+    },
+    "X-RateLimit-Remaining": {
+        "description": "submissions left in this window",
+        "schema": {"type": "integer"},
+    },
+    "X-RateLimit-Reset": {
+        "description": "unix time at which the window ends",
+        "schema": {"type": "integer"},
+    },
+}
 _FORMAT = {
     "name": "format",
     "in": "query",
@@ -376,18 +390,21 @@ def document() -> dict[str, Any]:
                         },
                     },
                     "responses": {
-                        "200": _json(
-                            {
-                                "type": "object",
-                                "properties": {
-                                    "campaign": {"type": "string"},
-                                    "received": {"type": "integer"},
-                                    "accepted": {"type": "integer"},
-                                    "duplicates": {"type": "integer"},
+                        "200": {
+                            **_json(
+                                {
+                                    "type": "object",
+                                    "properties": {
+                                        "campaign": {"type": "string"},
+                                        "received": {"type": "integer"},
+                                        "accepted": {"type": "integer"},
+                                        "duplicates": {"type": "integer"},
+                                    },
                                 },
-                            },
-                            "Stored; duplicates were already stored",
-                        ),
+                                "Stored; duplicates were already stored",
+                            ),
+                            "headers": _RATE_LIMIT_HEADERS,
+                        },
                         **_errors(400, 404, 409, 413, 415, 422, 429),
                     },
                 },

@@ -23,6 +23,7 @@ _REPORT_FIELDS = frozenset({"report_id", "value", "spec_hash", "enrollment_token
 # Enrollment tokens as issued (secrets.token_urlsafe), with room for other issuers.
 TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _BATCH_FIELDS = frozenset({"reports", "spec_hash"})
+_PLAIN_FIELDS = frozenset({"report_id", "value"})
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
@@ -79,6 +80,23 @@ def _enrollment_token(raw: dict, required: bool, field: str) -> str | None:
     return token
 
 
+def _parse_report(
+    raw: Any, where: str, mechanism: Mechanism, spec_hash: str, enrollment_required: bool
+) -> StoredReport:
+    """One report, every check in turn; errors name the field as ``{where}{field}``."""
+    if not isinstance(raw, dict):
+        raise ReportError("a report must be an object", field=where.rstrip(".") or None)
+    _check_keys(raw, _REPORT_FIELDS, where)
+    _check_spec_hash(raw, spec_hash, f"{where}spec_hash")
+    for required in ("report_id", "value"):
+        if required not in raw:
+            raise ReportError(f"{where}{required} is required", field=f"{where}{required}")
+    report_id = _report_id(raw["report_id"], f"{where}report_id")
+    output = mechanism.parse_report_value(raw["value"], field=f"{where}value")
+    token = _enrollment_token(raw, enrollment_required, f"{where}enrollment_token")
+    return StoredReport(report_id, output, mechanism.report_value(output), token)
+
+
 def parse_submission(
     body: Any,
     mechanism: Mechanism,
@@ -104,17 +122,21 @@ def parse_submission(
             )
         prefix = "reports[{}]."
     parsed = []
+    parse_value, report_value = mechanism.parse_report_value, mechanism.report_value
     for i, raw in enumerate(raw_reports):
-        where = prefix.format(i)
-        if not isinstance(raw, dict):
-            raise ReportError("a report must be an object", field=where.rstrip(".") or None)
-        _check_keys(raw, _REPORT_FIELDS, where)
-        _check_spec_hash(raw, spec_hash, f"{where}spec_hash")
-        for required in ("report_id", "value"):
-            if required not in raw:
-                raise ReportError(f"{where}{required} is required", field=f"{where}{required}")
-        report_id = _report_id(raw["report_id"], f"{where}report_id")
-        output = mechanism.parse_report_value(raw["value"], field=f"{where}value")
-        token = _enrollment_token(raw, enrollment_required, f"{where}enrollment_token")
-        parsed.append(StoredReport(report_id, output, mechanism.report_value(output), token))
+        # The usual report, {"report_id": <canonical UUID>, "value": ...}, without the
+        # per-field bookkeeping; anything else, or any doubt, takes the checked path.
+        if not enrollment_required and type(raw) is dict and raw.keys() == _PLAIN_FIELDS:
+            report_id = raw["report_id"]
+            if type(report_id) is str and _CANONICAL_UUID.fullmatch(report_id):
+                try:
+                    output = parse_value(raw["value"])
+                except ReportError:
+                    pass  # raised again below, naming the report's field
+                else:
+                    parsed.append(StoredReport(report_id, output, report_value(output)))
+                    continue
+        parsed.append(
+            _parse_report(raw, prefix.format(i), mechanism, spec_hash, enrollment_required)
+        )
     return parsed

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
@@ -128,9 +128,12 @@ class RateLimit:
     client: str
 
 
-@dataclass(frozen=True)
-class StoredReport:
-    """A validated report ready to store: its id, output index, wire value, enrollment token."""
+class StoredReport(NamedTuple):
+    """A validated report ready to store: its id, output index, wire value, enrollment token.
+
+    A named tuple rather than a frozen dataclass: a batch makes a thousand of them per
+    request, and a tuple is built in a third of the time.
+    """
 
     report_id: str
     output: int
