@@ -344,19 +344,25 @@ class CampaignStore:
         ]
         seen_prefix = self.SEEN_KEY.format(id=campaign_id, report_id="")
         args.append(len(seen_prefix.encode()))
-        # The wire value is a function of the output index: encode each one once.
+        # The wire value is a function of the output index: each distinct one is sent once.
         encoded: dict[int, str] = {}
+        per_report: list[Any] = []
         for report in reports:
             keys.append(seen_prefix + report.report_id)
-            value = encoded.get(report.output)
-            if value is None:
-                value = json.dumps(report.value, separators=(",", ":"), ensure_ascii=False)
-                encoded[report.output] = value
-            args.append(report.output)
-            args.append(value)
+            output = report.output
+            if output not in encoded:
+                encoded[output] = json.dumps(
+                    report.value, separators=(",", ":"), ensure_ascii=False
+                )
+            per_report.append(output)
             if enrollment_required:
                 token = report.enrollment_token
-                args.append(token_digest(token) if token is not None else "")
+                per_report.append(token_digest(token) if token is not None else "")
+        args.append(len(encoded))
+        for output, value in encoded.items():
+            args.append(output)
+            args.append(value)
+        args.extend(per_report)
         status, accepted, duplicates, index, hits, window_ttl = self._ingest(keys=keys, args=args)
         if status == 1:
             raise CampaignNotFound(f"no campaign {campaign_id!r}", campaign_id=campaign_id)

@@ -10,7 +10,8 @@
 -- ARGV[5] the spec hash the reports were validated against ('' to skip the check)
 -- ARGV[6] submissions allowed per window (0: no limit)   ARGV[7] window in seconds
 -- ARGV[8] length of the seen keys' prefix (the report id is the rest of the key)
--- then per report: output index, value JSON and, only if ARGV[3] is 1, its token digest
+-- ARGV[9] the number D of distinct outputs in the batch, then D pairs (output index,
+-- value JSON); then per report: its output index and, only if ARGV[3] is 1, its token digest
 --
 -- Returns {status, accepted, duplicates, index, hits, ttl}; status 0 = stored,
 -- 1 = no such campaign, 2 = campaign closed, 3 = report number `index` (1-based) has no
@@ -48,14 +49,20 @@ local hour = ARGV[2]
 local enrollment = ARGV[3] == '1'
 local min_id = tonumber(ARGV[4])
 local n = #KEYS - 6
-local stride = enrollment and 3 or 2
+local stride = enrollment and 2 or 1
 local id_from = tonumber(ARGV[8]) + 1
+local values = {}
+local n_values = tonumber(ARGV[9])
+for v = 0, n_values - 1 do
+  values[ARGV[10 + 2 * v]] = ARGV[11 + 2 * v]
+end
+local first = 10 + 2 * n_values
 
 if enrollment then
   local ids, tokens = {}, {}
   for r = 1, n do
-    local base = 9 + stride * (r - 1)
-    local id, token = KEYS[6 + r], ARGV[base + 2]
+    local base = first + stride * (r - 1)
+    local id, token = KEYS[6 + r], ARGV[base + 1]
     if not ids[id] and redis.call('EXISTS', KEYS[6 + r]) == 0 then
       ids[id] = true
       if token == '' or tokens[token] or redis.call('SISMEMBER', KEYS[5], token) == 0 then
@@ -69,15 +76,15 @@ end
 local accepted = 0
 local duplicates = 0
 for r = 1, n do
-  local base = 9 + stride * (r - 1)
+  local base = first + stride * (r - 1)
   if redis.call('SET', KEYS[6 + r], '1', 'NX', 'EX', ttl) then
     local output = ARGV[base]
     if enrollment then
-      redis.call('SREM', KEYS[5], ARGV[base + 2])
+      redis.call('SREM', KEYS[5], ARGV[base + 1])
     end
     redis.call('HINCRBY', KEYS[2], output, 1)
     local report_id = string.sub(KEYS[6 + r], id_from)
-    redis.call('XADD', KEYS[4], '*', 'report_id', report_id, 'y', output, 'value', ARGV[base + 1])
+    redis.call('XADD', KEYS[4], '*', 'report_id', report_id, 'y', output, 'value', values[output])
     accepted = accepted + 1
   else
     duplicates = duplicates + 1
