@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import shutil
 import socket
 import sys
 import tempfile
@@ -242,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
         redis_proc.stop()
+        shutil.rmtree(base, ignore_errors=True)
     tally = fuzz["tally"]
     lines = [
         "| | |",
