@@ -76,9 +76,7 @@ def test_analytic_interval_coverage_planar():
     assert_coverage(coverage(mechanism, p, n=20_000, reps=300, method="inversion", seed=2))
 
 
-@pytest.mark.parametrize(
-    "method", ["clip", "projection", "ibu"]
-)
+@pytest.mark.parametrize("method", ["clip", "projection", "ibu"])
 def test_bootstrap_interval_coverage_krr(method):
     # Every category well above zero, so clipping and projection are rarely active.
     mechanism = KRR(epsilon=2.0, domain=["a", "b", "c"])
