@@ -140,13 +140,13 @@ def heatmap_layers(campaign: Campaign, counts: dict[int, int], estimate: dict) -
 
 
 def estimate_payload(
-    campaign: Campaign, counts: dict[int, int], method: str, confidence: float
+    store: CampaignStore, campaign: Campaign, method: str, confidence: float, **cache: Any
 ) -> dict[str, Any]:
-    """The estimate API's body, plus the heatmap layers for planar campaigns."""
-    payload = estimates.estimate_response(campaign, counts, method, confidence)
+    """The estimate API's body (from its cache), plus the heatmap layers for planar campaigns."""
+    payload, _ = estimates.cached_estimate(store, campaign, method, confidence, **cache)
     payload["method_name"] = METHOD_NAMES.get(method, method)
     if campaign.spec.mechanism == PLANAR_LAPLACE:
-        payload["heatmap"] = heatmap_layers(campaign, counts, payload)
+        payload["heatmap"] = heatmap_layers(campaign, store.counts(campaign.spec.id), payload)
     return payload
 
 

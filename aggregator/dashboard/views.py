@@ -18,7 +18,7 @@ from aggregator import estimates
 from aggregator.api import load_campaign
 from aggregator.dashboard import data, sessions
 from aggregator.dashboard.sessions import data_login_required, page_login_required
-from aggregator.db import get_store
+from aggregator.db import get_channels, get_store
 from aggregator.errors import APIError
 from aggregator.estimation import METHODS
 from aggregator.store import Campaign, CampaignNotFound
@@ -181,8 +181,10 @@ def campaign_summary(campaign_id: str) -> flask.Response:
 def campaign_estimate(campaign_id: str) -> flask.Response:
     method, confidence = _estimate_args()
     campaign = load_campaign(campaign_id)
-    counts = get_store().counts(campaign_id)
-    return flask.jsonify(data.estimate_payload(campaign, counts, method, confidence))
+    payload = data.estimate_payload(
+        get_store(), campaign, method, confidence, channels=get_channels()
+    )
+    return flask.jsonify(payload)
 
 
 @bp.get("/data/campaigns/<campaign_id>/estimate.<any(csv, json):fmt>")
@@ -191,8 +193,9 @@ def download_estimate(campaign_id: str, fmt: str) -> flask.Response:
     """The estimate as a file: CSV (one line per category or cell) or the API's JSON."""
     method, confidence = _estimate_args()
     campaign = load_campaign(campaign_id)
-    counts = get_store().counts(campaign_id)
-    body = estimates.estimate_response(campaign, counts, method, confidence)
+    body, _ = estimates.cached_estimate(
+        get_store(), campaign, method, confidence, channels=get_channels()
+    )
     if fmt == "csv":
         response = flask.Response(data.estimate_csv(campaign, body), mimetype="text/csv")
     else:
