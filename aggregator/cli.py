@@ -17,6 +17,7 @@ import click
 import redis
 
 from aggregator import estimates, export
+from aggregator.enrollment import new_token
 from aggregator.redis_server import (
     DEFAULT_DATA_DIR,
     DEFAULT_FSYNC,
@@ -24,6 +25,7 @@ from aggregator.redis_server import (
     EmbeddedRedis,
     connect_url,
 )
+from aggregator.retention import DAY_S, trim_all
 from aggregator.store import CLOSED, OPEN, CampaignStore
 from shared.errors import LDPError
 from shared.spec import CampaignSpec
@@ -332,6 +334,45 @@ def _export_reports(store: CampaignStore, campaign: Any, output_format: str, out
             output.write(export.reports_json_line(report))
         count += 1
     return count
+
+
+@main.command()
+@click.option(
+    "--days",
+    envvar="LDP_RETENTION_DAYS",
+    required=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Keep raw reports this many days [LDP_RETENTION_DAYS].",
+)
+@click.pass_obj
+def retention(opener: StoreOpener, days: float) -> None:
+    """Drop raw reports older than --days from every campaign's stream (counts stay).
+
+    Ingestion trims a campaign's stream as reports arrive when LDP_RETENTION_DAYS
+    is set; run this from cron for campaigns that no longer receive reports.
+    """
+    for campaign_id, count in trim_all(opener.store(), days * DAY_S).items():
+        click.echo(f"{campaign_id}\t{count} raw reports removed")
+
+
+@main.group()
+def enrollment() -> None:
+    """Single-use enrollment tokens for campaigns that require them."""
+
+
+@enrollment.command("issue")
+@click.argument("campaign_id")
+@click.option("--count", default=1, show_default=True, type=click.IntRange(1, 10_000))
+@click.pass_obj
+def enrollment_issue(opener: StoreOpener, campaign_id: str, count: int) -> None:
+    """Issue COUNT tokens and print them one per line: they are shown only this once."""
+    store = opener.store()
+    if not store.get_campaign(campaign_id).spec.enrollment_required:
+        raise click.ClickException(f"campaign {campaign_id!r} does not require enrollment")
+    tokens = [new_token() for _ in range(count)]
+    unused = store.add_enrollment_tokens(campaign_id, tokens)
+    click.echo("\n".join(tokens))
+    click.echo(f"{count} issued; {unused} unused in all", err=True)
 
 
 if __name__ == "__main__":

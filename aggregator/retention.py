@@ -4,8 +4,7 @@ With ``RETENTION_DAYS`` (``LDP_RETENTION_DAYS``) set, every ingest trims the
 campaign's report stream of entries older than that, in the same atomic
 script that appends the new ones. A campaign that receives no more reports
 keeps its old entries until :func:`trim_all` runs: from cron, as
-``python -m aggregator.retention --days 30`` (same ``--redis-url`` /
-``--data-dir`` as ``ldp-aggregator``). The counts, the hourly counts and the
+``ldp-aggregator retention --days 30``. The counts, the hourly counts and the
 estimates are untouched, so estimates do not change when raw reports expire.
 
 No client address is ever stored with a report: the stream holds
@@ -20,10 +19,6 @@ import math
 import time
 from typing import Any
 
-import click
-import redis
-
-from aggregator.redis_server import DEFAULT_DATA_DIR, connect_url
 from aggregator.store import CampaignStore
 
 DAY_S = 86_400
@@ -52,38 +47,3 @@ def trim_all(store: CampaignStore, retention_s: float, *, now: float | None = No
         campaign.spec.id: store.trim_reports(campaign.spec.id, older_than=cutoff)
         for campaign in store.list_campaigns()
     }
-
-
-@click.command()
-@click.option(
-    "--days",
-    envvar="LDP_RETENTION_DAYS",
-    required=True,
-    type=click.FloatRange(0, min_open=True),
-    help="Keep raw reports this many days [LDP_RETENTION_DAYS].",
-)
-@click.option("--redis-url", envvar="LDP_REDIS_URL", help="External Redis (default: embedded).")
-@click.option(
-    "--data-dir",
-    envvar="LDP_DATA_DIR",
-    default=DEFAULT_DATA_DIR,
-    show_default=True,
-    type=click.Path(file_okay=False),
-)
-def main(days: float, redis_url: str | None, data_dir: str) -> None:
-    """Drop raw reports older than --days from every campaign's stream (counts stay)."""
-    url, embedded = connect_url(redis_url, data_dir, "everysec")
-    try:
-        store = CampaignStore(redis.Redis.from_url(url))
-        removed = trim_all(store, days * DAY_S)
-    except redis.RedisError as exc:
-        raise click.ClickException(f"the report store is unavailable: {exc}") from exc
-    finally:
-        if embedded is not None:
-            embedded.stop()
-    for campaign_id, count in removed.items():
-        click.echo(f"{campaign_id}\t{count} raw reports removed")
-
-
-if __name__ == "__main__":
-    main()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from aggregator_testdata import KRR_SPEC, new_id
 
@@ -111,3 +112,38 @@ def test_embedded_store_in_a_data_directory(runner, tmp_path):
     assert (data / "appendonly.aof").exists()
     listed = runner.invoke(main, [*args, "campaign", "list"])
     assert listed.output.startswith("fruit\tkrr\topen")
+
+
+def test_retention_trims_old_raw_reports_and_keeps_counts(runner, redis_url, store, tmp_path):
+    assert run(runner, redis_url, "campaign", "create", write_spec(tmp_path)).exit_code == 0
+    spec = CampaignSpec.from_dict(KRR_SPEC)
+    store.ingest("fruit", [StoredReport(new_id(), 0, spec.domain[0]) for _ in range(5)])
+    kept = run(runner, redis_url, "retention", "--days", "1")
+    assert kept.exit_code == 0, kept.output
+    assert kept.output == "fruit\t0 raw reports removed\n"
+    # Stream ids are milliseconds: once one has passed, a retention far below it drops
+    # every report, and the counts stay.
+    time.sleep(0.01)
+    trimmed = run(runner, redis_url, "retention", "--days", "1e-12")
+    assert trimmed.output == "fruit\t5 raw reports removed\n"
+    assert list(store.iter_reports("fruit")) == []
+    assert store.counts("fruit") == {0: 5}
+    assert run(runner, redis_url, "retention", "--days", "0").exit_code == 2
+
+
+def test_enrollment_issue_prints_single_use_tokens(runner, redis_url, store, tmp_path):
+    spec_path = write_spec(tmp_path, {**KRR_SPEC, "enrollment_required": True})
+    assert run(runner, redis_url, "campaign", "create", spec_path).exit_code == 0
+    issued = run(runner, redis_url, "enrollment", "issue", "fruit", "--count", "3")
+    assert issued.exit_code == 0, issued.output
+    tokens = issued.stdout.split()
+    assert len(tokens) == len(set(tokens)) == 3
+    assert store.unused_enrollment_tokens("fruit") == 3
+    assert "3 issued; 3 unused in all" in issued.stderr
+
+
+def test_enrollment_issue_refuses_open_campaigns(runner, redis_url, tmp_path):
+    assert run(runner, redis_url, "campaign", "create", write_spec(tmp_path)).exit_code == 0
+    refused = run(runner, redis_url, "enrollment", "issue", "fruit")
+    assert refused.exit_code == 1
+    assert "does not require enrollment" in refused.stderr
