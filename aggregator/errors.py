@@ -49,11 +49,8 @@ class APIError(LDPError):
     """An error the HTTP layer raises itself (authentication, media type, body)."""
 
     def __init__(self, status: int, code: str, message: str, *, field: str | None = None):
-        super().__init__(message)
+        super().__init__(message, field=field, code=code)
         self.status = status
-        self.code = code
-        self.message = message
-        self.field = field
 
 
 def error_response(

@@ -48,7 +48,6 @@ class StoreError(LDPError):
 
     def __init__(self, message: str, *, campaign_id: str):
         super().__init__(message)
-        self.message = message
         self.campaign_id = campaign_id
 
 

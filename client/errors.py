@@ -34,16 +34,6 @@ class ClientError(LDPError):
 
     code = "client_error"
 
-    def __init__(self, message: str, *, field: str | None = None, code: str | None = None):
-        super().__init__(message)
-        self.message = message
-        self.field = field
-        if code is not None:
-            self.code = code
-
-    def to_dict(self) -> dict:
-        return {"code": self.code, "message": self.message, "field": self.field}
-
 
 class PolicyError(ClientError):
     """The user's policy, enforced on the device, refuses the report."""

@@ -7,9 +7,11 @@ The tree::
           ├── SpecError      a campaign spec is malformed or violates a constraint
           └── ReportError    a report does not fit its campaign
 
-Every validation error names the offending ``field`` (a dotted path such as
-``region.lat_min`` or ``reports[3].value``) and a stable machine-readable
-``code`` that the HTTP layer puts on the wire.
+Every error carries a ``message``, a stable machine-readable ``code`` (a
+class default, or given) and, where one input is at fault, the ``field`` (a
+dotted path such as ``region.lat_min`` or ``reports[3].value``); ``to_dict()``
+is the ``{"code", "message", "field"}`` shape the HTTP layer puts on the wire.
+The client's and the aggregator's own errors derive from :class:`LDPError`.
 """
 
 from __future__ import annotations
@@ -18,11 +20,7 @@ from __future__ import annotations
 class LDPError(Exception):
     """Base class of every error raised by this project."""
 
-
-class ValidationError(LDPError, ValueError):
-    """Input that does not satisfy the protocol."""
-
-    code = "invalid"
+    code = "error"
 
     def __init__(self, message: str, *, field: str | None = None, code: str | None = None):
         super().__init__(message)
@@ -33,6 +31,12 @@ class ValidationError(LDPError, ValueError):
 
     def to_dict(self) -> dict:
         return {"code": self.code, "message": self.message, "field": self.field}
+
+
+class ValidationError(LDPError, ValueError):
+    """Input that does not satisfy the protocol."""
+
+    code = "invalid"
 
 
 class SpecError(ValidationError):

@@ -68,10 +68,8 @@ class SimulationError(LDPError):
     """The end-to-end simulation cannot go on (server refused, unreachable, nothing delivered)."""
 
     def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
-        super().__init__(message)
-        self.message = message
+        super().__init__(message, code=code)
         self.status = status
-        self.code = code
 
 
 @dataclass(frozen=True)
