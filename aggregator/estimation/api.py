@@ -97,24 +97,22 @@ def estimate(
         details = {"stopping": "cross-validated held-out likelihood"}
     else:
         postprocess = {"inversion": "none", "clip": "clip", "projection": "projection"}[method]
-        estimator = MatrixInversion(postprocess=postprocess)
-        fitted = estimator.fit(counts, channel)
+        fitted = MatrixInversion(postprocess=postprocess).fit(counts, channel)
         if method == "inversion":
             low, high = analytic_interval(counts, channel, fitted.unbiased_, confidence, seed)
             interval = "analytic (multinomial covariance through the inverse)"
         else:
+            replica = MatrixInversion(postprocess=postprocess)
             low, high = bootstrap_interval(
                 counts,
                 channel,
                 fitted.frequencies_,
-                lambda c: estimator.fit(c, channel).frequencies_,
+                lambda c: replica.fit(c, channel).frequencies_,
                 confidence=confidence,
                 n_bootstrap=n_bootstrap,
                 seed=seed,
             )
             interval = f"parametric bootstrap (percentile), {n_bootstrap} replicates"
-            # The bootstrap refits the same estimator object: fit the observed counts last.
-            fitted = estimator.fit(counts, channel)
         details = {}
     log_lik = getattr(fitted, "log_likelihood_", None)
     return EstimateResult(
