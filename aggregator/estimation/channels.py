@@ -17,7 +17,10 @@ never forming the ``g^2 x g^2`` matrix.
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
+from functools import cached_property
+from types import SimpleNamespace
 
 import numpy as np
 import scipy.fft
@@ -26,6 +29,11 @@ from scipy.sparse.linalg import LinearOperator, gmres
 
 from aggregator.estimation.planar_kernel import kernel as planar_kernel
 from shared.mechanisms import KRR, Mechanism, PlanarLaplace
+
+try:  # FFTW through pyFFTW when installed (the aggregator's extra); scipy.fft otherwise
+    import pyfftw
+except ImportError:  # pragma: no cover - exercised by the scipy test variant
+    pyfftw = None
 
 # Channels up to this many inputs are inverted through a dense LU factorisation.
 DENSE_SOLVE_LIMIT = 2500
@@ -145,6 +153,63 @@ class KRRChannel(Channel):
         return (q - self.p_other * q.sum()) / (self.p_keep - self.p_other), True
 
 
+class _Convolution:
+    """One thread's buffers and plans for linear 2-D convolutions of small images by FFT.
+
+    Write the image into ``image`` (``rows x shape[1]``; columns beyond the
+    image and rows up to ``shape[0]`` are zero padding), then :meth:`apply` a
+    spectrum prepared by :meth:`PlanarLaplaceChannel._spectrum` (already
+    divided by the transform size): the result's first ``rows`` rows are the
+    circular convolution of the padded image. With pyFFTW the transform runs
+    in two stages through FFTW plans, rows then columns, so the padding rows
+    are never transformed and only ``rows`` rows are transformed back; without
+    it, through ``scipy.fft``.
+    """
+
+    def __init__(self, rows: int, shape: tuple[int, int]):
+        n_rows, n_cols = shape
+        half = n_cols // 2 + 1
+        self.rows, self.shape = rows, shape
+        if pyfftw is None:
+            self.image = np.zeros((rows, n_cols))
+            return
+        # FFTW_ESTIMATE plans in a millisecond; measuring would take a quarter of a second
+        # per shape for a few microseconds per transform. The forward stages must keep their
+        # input (the zero padding); the inverse ones work on scratch buffers.
+        keep, scratch = ("FFTW_ESTIMATE",), ("FFTW_ESTIMATE", "FFTW_DESTROY_INPUT")
+        self.image = pyfftw.zeros_aligned((rows, n_cols))
+        rows_spectrum = pyfftw.zeros_aligned((n_rows, half), dtype=complex)
+        self.spectrum = pyfftw.zeros_aligned((n_rows, half), dtype=complex)
+        self.product = pyfftw.zeros_aligned((n_rows, half), dtype=complex)
+        back = pyfftw.zeros_aligned((n_rows, half), dtype=complex)
+        self.result = pyfftw.zeros_aligned((rows, n_cols))
+        # Rows rows_spectrum[rows:] stay zero: they are the image's padding.
+        self._plans = (
+            pyfftw.FFTW(self.image, rows_spectrum[:rows], axes=(1,), flags=keep).execute,
+            pyfftw.FFTW(rows_spectrum, self.spectrum, axes=(0,), flags=keep).execute,
+        )
+        self._inverse_plans = (
+            pyfftw.FFTW(
+                self.product, back, axes=(0,), direction="FFTW_BACKWARD", flags=scratch
+            ).execute,
+            pyfftw.FFTW(
+                back[:rows], self.result, axes=(1,), direction="FFTW_BACKWARD", flags=scratch
+            ).execute,
+        )
+
+    def apply(self, spectrum: np.ndarray) -> np.ndarray:
+        """The first ``rows`` rows of ``image`` convolved with ``spectrum`` (a shared buffer)."""
+        if pyfftw is None:
+            product = scipy.fft.rfft2(self.image, self.shape) * spectrum
+            return scipy.fft.irfft2(product, self.shape, norm="forward")[: self.rows]
+        for execute in self._plans:
+            execute()
+        np.multiply(self.spectrum, spectrum, out=self.product)
+        for execute in self._inverse_plans:
+            execute()
+        return self.result
+
+
 class PlanarLaplaceChannel(Channel):
     """Planar Laplace on a ``rows x cols`` grid, with remapping into the grid.
 
@@ -152,30 +217,74 @@ class PlanarLaplaceChannel(Channel):
     cells and ``clip`` clamps each index into the grid (the nearest-point
     remapping). Offsets of ``rows`` or more (``cols`` or more) always clamp to
     the edge, so the kernel is truncated there with its tail folded in (see
-    :func:`planar_kernel.kernel`) and nothing is approximated:
+    :func:`planar_kernel.kernel`) and nothing is approximated.
 
-    * ``forward``: full 2-D convolution of ``p`` with the kernel onto the
-      extended grid of rows ``-rows .. 2 rows - 1``, then the rows and columns
-      outside the grid are summed onto its edge;
-    * ``backward``: ``u`` is extended by repeating its edge (what a report
-      beyond the edge is worth) and correlated with the kernel.
+    The remapping is handled through cumulative sums instead of an extended
+    grid. ``forward`` computes ``S[i, j] = P(report row <= i, report col <= j)``
+    on the grid: for ``i < rows - 1`` and ``j < cols - 1`` one FFT
+    convolution of ``p`` with the kernel summed cumulatively along both axes
+    (it only reads offsets within ``rows - 1`` cells, so an FFT of about
+    ``2 rows`` per axis sees no wrap-around), and for the last row and column
+    (``i`` or ``j`` unbounded) 1-D products of ``p``'s column and row sums with
+    the kernel's cumulated marginals. The second differences of ``S`` are the
+    report probabilities, each edge cell holding everything remapped onto it.
+    ``backward`` is the transpose of the same steps.
 
-    Both run through one precomputed real FFT of the kernel.
+    Both keep per-thread buffers, so one channel can serve several threads.
+    Values carry an absolute rounding error of about 1e-16 of the total mass
+    (the cumulative sums are of order one).
     """
 
     def __init__(self, *, epsilon: float, cell_size_m: float, rows: int, cols: int):
         self.rows, self.cols = rows, cols
         self.n_inputs = self.n_outputs = rows * cols
         self.kernel = planar_kernel(epsilon, cell_size_m, rows, cols)
-        self._shape = (
-            scipy.fft.next_fast_len(3 * rows, real=True),
-            scipy.fft.next_fast_len(3 * cols, real=True),
+        cumulative = self.kernel.cumsum(axis=0).cumsum(axis=1)
+        # Column j of S's last row: sum over y of colsum(p)[y] * marginal[j - y]; the extra
+        # column of ones gives S's corner, the total mass.
+        marginal = cumulative[-1]
+        y, j = np.arange(cols)[:, None], np.arange(cols - 1)[None, :]
+        self._last_row = np.hstack([marginal[j - y + cols], np.ones((cols, 1))])
+        marginal = cumulative[:, -1]
+        x, i = np.arange(rows)[:, None], np.arange(rows - 1)[None, :]
+        self._last_col = marginal[i - x + rows]
+        self._fft_shape = (
+            scipy.fft.next_fast_len(max(2 * rows - 2, 1), real=True),
+            scipy.fft.next_fast_len(max(2 * cols - 2, 1), real=True),
         )
-        self._kernel_fft = scipy.fft.rfft2(self.kernel, self._shape)
+        # S's FFT part reads offsets -(rows - 1) .. rows - 2 of the cumulated kernel.
+        image = np.zeros(self._fft_shape)
+        di, dj = np.arange(1 - rows, rows - 1), np.arange(1 - cols, cols - 1)
+        image[np.ix_(di % self._fft_shape[0], dj % self._fft_shape[1])] = cumulative[
+            np.ix_(di + rows, dj + cols)
+        ]
+        spectrum = scipy.fft.rfft2(image) / (self._fft_shape[0] * self._fft_shape[1])
+        self._spectrum = spectrum
+        self._spectrum_conj = spectrum.conj()
+        self._local = threading.local()
 
-    def _convolve(self, image: np.ndarray) -> np.ndarray:
-        spectrum = scipy.fft.rfft2(image, self._shape) * self._kernel_fft
-        return scipy.fft.irfft2(spectrum, self._shape)
+    def _workspace(self) -> SimpleNamespace:
+        """This thread's buffers: FFT plans, ``S`` bordered by zeros, ``u`` padded by zeros."""
+        workspace = getattr(self._local, "workspace", None)
+        if workspace is None:
+            rows, cols = self.rows, self.cols
+            workspace = SimpleNamespace(
+                convolution=_Convolution(rows, self._fft_shape) if rows > 1 and cols > 1 else None,
+                bordered=np.zeros((rows + 1, cols + 1)),
+                padded=np.zeros((rows + 2, cols + 2)),
+                rows_diff=np.empty((rows + 1, cols + 2)),
+            )
+            self._local.workspace = workspace
+        return workspace
+
+    @cached_property
+    def _periodic(self) -> tuple[tuple[int, int], np.ndarray]:
+        """The FFT shape and kernel spectrum of the periodic (torus) convolution by the kernel."""
+        shape = (
+            scipy.fft.next_fast_len(3 * self.rows, real=True),
+            scipy.fft.next_fast_len(3 * self.cols, real=True),
+        )
+        return shape, scipy.fft.rfft2(self.kernel, shape)
 
     def _preconditioner(self) -> LinearOperator:
         """Periodic deconvolution by the kernel: exact away from the grid's edges.
@@ -186,10 +295,11 @@ class PlanarLaplaceChannel(Channel):
         needs thousands (the channel's condition number grows with the grid).
         """
         rows, cols = self.rows, self.cols
+        shape, kernel_fft = self._periodic
 
         def deconvolve(q: np.ndarray) -> np.ndarray:
             image = scipy.fft.irfft2(
-                scipy.fft.rfft2(q.reshape(rows, cols), self._shape) / self._kernel_fft, self._shape
+                scipy.fft.rfft2(q.reshape(rows, cols), shape) / kernel_fft, shape
             )
             # The kernel's centre sits at (rows, cols): undo that shift.
             return np.roll(image, (rows, cols), axis=(0, 1))[:rows, :cols].ravel()
@@ -206,42 +316,54 @@ class PlanarLaplaceChannel(Channel):
         inverse; used where a dense inverse is too large.
         """
         rows, cols = self.rows, self.cols
-        inverse = np.roll(
-            scipy.fft.irfft2(1.0 / self._kernel_fft, self._shape), (rows, cols), (0, 1)
+        shape, kernel_fft = self._periodic
+        inverse = np.roll(scipy.fft.irfft2(1.0 / kernel_fft, shape), (rows, cols), (0, 1))
+        spectrum = scipy.fft.rfft2(q.reshape(rows, cols), shape) * scipy.fft.rfft2(
+            inverse**2, shape
         )
-        spectrum = scipy.fft.rfft2(q.reshape(rows, cols), self._shape) * scipy.fft.rfft2(
-            inverse**2, self._shape
-        )
-        return scipy.fft.irfft2(spectrum, self._shape)[:rows, :cols].ravel()
+        return scipy.fft.irfft2(spectrum, shape)[:rows, :cols].ravel()
 
     def forward(self, p: np.ndarray) -> np.ndarray:
         rows, cols = self.rows, self.cols
-        full = self._convolve(p.reshape(rows, cols))
-        # Extended row e sits at index e + rows: fold e < 0 onto row 0 and e >= rows onto
-        # rows - 1, then the same for columns, in place on the fresh FFT output.
-        band = full[rows : 2 * rows]
-        band[0] += full[:rows].sum(axis=0)
-        band[-1] += full[2 * rows : 3 * rows].sum(axis=0)
-        band[:, cols] += band[:, :cols].sum(axis=1)
-        band[:, 2 * cols - 1] += band[:, 2 * cols : 3 * cols].sum(axis=1)
-        out = band[:, cols : 2 * cols].ravel()
-        # FFT round-off can leave -1e-18 where a distribution's image is 0: clear it for
+        grid = p.reshape(rows, cols)
+        workspace = self._workspace()
+        # bordered[1 + i, 1 + j] = S[i, j]; row and column 0 stay zero (nothing below the grid).
+        bordered = workspace.bordered
+        if workspace.convolution is not None:
+            workspace.convolution.image[:rows, :cols] = grid
+            bordered[1:rows, 1:cols] = workspace.convolution.apply(self._spectrum)[
+                : rows - 1, : cols - 1
+            ]
+        np.matmul(grid.sum(axis=0), self._last_row, out=bordered[rows, 1:])
+        np.matmul(grid.sum(axis=1), self._last_col, out=bordered[1:rows, cols])
+        rows_diff = np.subtract(bordered[1:], bordered[:-1], out=workspace.rows_diff[:rows, 1:])
+        out = np.subtract(rows_diff[:, 1:], rows_diff[:, :-1]).ravel()
+        # FFT round-off can leave -1e-16 where a distribution's image is 0: clear it for
         # non-negative inputs only, so that signed vectors (GMRES, probes) stay linear.
         return np.maximum(out, 0.0, out=out) if np.all(p >= 0) else out
 
     def backward(self, u: np.ndarray) -> np.ndarray:
         rows, cols = self.rows, self.cols
-        grid = u.reshape(rows, cols)
-        # u extended by its edge values (np.pad(mode="edge"), without its overhead).
-        extended = np.empty((3 * rows, 3 * cols))
-        extended[rows : 2 * rows, cols : 2 * cols] = grid
-        extended[:rows, cols : 2 * cols] = grid[0]
-        extended[2 * rows :, cols : 2 * cols] = grid[-1]
-        extended[:, :cols] = extended[:, cols : cols + 1]
-        extended[:, 2 * cols :] = extended[:, 2 * cols - 1 : 2 * cols]
-        # The kernel is symmetric, so correlation is convolution; the valid part starts at 2 rows.
-        full = self._convolve(extended)
-        return full[2 * rows : 3 * rows, 2 * cols : 3 * cols].ravel()
+        workspace = self._workspace()
+        # The transpose of forward's second differences: those of u padded by zeros, g[k, l]
+        # weighting bordered[k, l].
+        padded = workspace.padded
+        padded[1:-1, 1:-1] = u.reshape(rows, cols)
+        rows_diff = np.subtract(padded[1:], padded[:-1], out=workspace.rows_diff)
+        last_row = rows_diff[rows, 2:] - rows_diff[rows, 1:-1]
+        last_col = rows_diff[1:rows, cols + 1] - rows_diff[1:rows, cols]
+        out = (self._last_row @ last_row)[None, :] + (self._last_col @ last_col)[:, None]
+        if workspace.convolution is not None:
+            image = workspace.convolution.image
+            np.subtract(
+                rows_diff[1:rows, 2 : cols + 1],
+                rows_diff[1:rows, 1:cols],
+                out=image[: rows - 1, : cols - 1],
+            )
+            image[rows - 1, :cols] = 0.0
+            image[: rows - 1, cols - 1] = 0.0
+            out += workspace.convolution.apply(self._spectrum_conj)[:, :cols]
+        return out.ravel()
 
     def to_dense(self) -> np.ndarray:
         return self.dense_reference()

@@ -150,31 +150,43 @@ class IBU:
         self.record_history = record_history
 
     @staticmethod
-    def _step(p: np.ndarray, counts: np.ndarray, channel) -> np.ndarray:
-        predicted = channel.forward(p)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(counts > 0, counts / predicted, 0.0)
+    def _update(p, predicted, counts, observed, channel) -> np.ndarray:
+        """One EM update of ``p``, whose report distribution is ``predicted``.
+
+        ``observed`` is ``counts > 0``: outputs never reported contribute nothing.
+        """
+        ratio = np.zeros_like(predicted)
+        with np.errstate(divide="ignore"):
+            np.divide(counts, predicted, out=ratio, where=observed)
         updated = p * channel.backward(ratio)
-        return updated / updated.sum()
+        updated /= updated.sum()
+        return updated
 
     def _run(self, counts, channel, n_iter: int | None):
-        """IBU on ``counts`` for ``n_iter`` steps, or until converged if ``None``."""
+        """IBU on ``counts`` for ``n_iter`` steps, or until converged if ``None``.
+
+        Returns the estimate, its report distribution, the steps taken, whether
+        it converged, and the log-likelihood history.
+        """
         p = np.full(channel.n_inputs, 1.0 / channel.n_inputs)
+        predicted = channel.forward(p)
+        observed = counts > 0
         limit = self.max_iter if n_iter is None else n_iter
         history = []
         converged = False
         steps = 0
         while steps < limit:
-            updated = self._step(p, counts, channel)
+            updated = self._update(p, predicted, counts, observed, channel)
             steps += 1
             change = np.max(np.abs(updated - p))
             p = updated
+            predicted = channel.forward(p)
             if self.record_history:
-                history.append(log_likelihood(counts, channel.forward(p)))
+                history.append(log_likelihood(counts, predicted))
             if change <= self.tol:
                 converged = True
                 break
-        return p, steps, converged, history
+        return p, predicted, steps, converged, history
 
     def _cross_validate(self, counts, channel) -> tuple[int, np.ndarray]:
         rng = np.random.default_rng(self.seed)
@@ -183,16 +195,19 @@ class IBU:
         if min(h.sum() for h in halves) == 0:
             return 1, np.zeros(1)
         estimates = [np.full(channel.n_inputs, 1.0 / channel.n_inputs) for _ in halves]
+        predicted = [channel.forward(p) for p in estimates]
+        observed = [half > 0 for half in halves]
         scores = []
         best = 0
         for step in range(self.max_iter):
             score = 0.0
             change = 0.0
             for i, (train, held_out) in enumerate((halves, halves[::-1])):
-                updated = self._step(estimates[i], train, channel)
+                updated = self._update(estimates[i], predicted[i], train, observed[i], channel)
                 change = max(change, np.max(np.abs(updated - estimates[i])))
                 estimates[i] = updated
-                score += log_likelihood(held_out, channel.forward(updated))
+                predicted[i] = channel.forward(updated)
+                score += log_likelihood(held_out, predicted[i])
             scores.append(score)
             if score > scores[best]:
                 best = step
@@ -207,11 +222,11 @@ class IBU:
         self.cv_scores_ = None
         if n_iter is None and self.stopping == "cv":
             n_iter, self.cv_scores_ = self._cross_validate(counts, channel)
-        p, steps, converged, history = self._run(counts, channel, n_iter)
+        p, predicted, steps, converged, history = self._run(counts, channel, n_iter)
         self.frequencies_ = p
         self.n_iter_ = steps
         # With a chosen iteration count, reaching it is the stopping rule firing.
         self.converged_ = converged or n_iter is not None
-        self.log_likelihood_ = log_likelihood(counts, channel.forward(p))
+        self.log_likelihood_ = log_likelihood(counts, predicted)
         self.log_likelihood_history_ = np.asarray(history)
         return self

@@ -11,12 +11,14 @@ relative (1e-13 absolute for masses below 1e-4).
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 from scipy import integrate, special
 
 from aggregator.estimation import MatrixInversion, PlanarLaplaceChannel, channel_for
+from aggregator.estimation import channels
 from aggregator.estimation.channels import DENSE_SOLVE_LIMIT
 from aggregator.estimation.planar_kernel import kernel, quadrant_mass
 from shared.geo import Grid, Region
@@ -122,12 +124,22 @@ def test_kernel_is_a_symmetric_distribution(rows, cols, epsilon):
 
 # -- the channel: rows, remapping, FFT -----------------------------------------------------
 
-SHAPES = [(3, 5), (7, 4), (1, 9), (9, 1), (6, 6), (1, 1), (2, 13)]
+SHAPES = [(3, 5), (7, 4), (1, 9), (9, 1), (6, 6), (1, 1), (2, 13), (2, 2), (31, 17)]
+
+
+@pytest.fixture(params=["fftw", "scipy"])
+def fft_backend(request, monkeypatch):
+    """Both transform paths: FFTW plans through pyFFTW, and scipy.fft without it."""
+    if request.param == "fftw":
+        assert channels.pyfftw is not None, "pyFFTW is part of the aggregator's dependencies"
+    else:
+        monkeypatch.setattr(channels, "pyfftw", None)
+    return request.param
 
 
 @pytest.mark.parametrize(("rows", "cols"), SHAPES)
 @pytest.mark.parametrize("epsilon", [0.3, 1.0, 3.0])
-def test_fft_operator_equals_the_dense_reference(rows, cols, epsilon):
+def test_fft_operator_equals_the_dense_reference(rows, cols, epsilon, fft_backend):
     channel = PlanarLaplaceChannel(epsilon=epsilon, cell_size_m=1.0, rows=rows, cols=cols)
     dense = channel.dense_reference()
     assert dense.shape == (rows * cols, rows * cols)
@@ -143,6 +155,25 @@ def test_fft_operator_equals_the_dense_reference(rows, cols, epsilon):
     for x in range(rows * cols):
         np.testing.assert_allclose(channel.forward(eye[x]), dense[x], atol=FFT_TOL)
         np.testing.assert_allclose(channel.backward(eye[x]), dense[:, x], atol=FFT_TOL)
+
+
+def test_one_channel_serves_several_threads_at_once(fft_backend):
+    # Estimates of one campaign may run in several threads of a worker, sharing its channel.
+    channel = PlanarLaplaceChannel(epsilon=0.5, cell_size_m=1.0, rows=24, cols=17)
+    rng = np.random.default_rng(5)
+    vectors = list(rng.dirichlet(np.ones(24 * 17), size=12))
+
+    def both(v):
+        return channel.forward(v), channel.backward(v)
+
+    expected = [both(v) for v in vectors]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(both, vectors * 25))
+    for (forward, backward), (want_forward, want_backward) in zip(
+        results, expected * 25, strict=True
+    ):
+        np.testing.assert_array_equal(forward, want_forward)
+        np.testing.assert_array_equal(backward, want_backward)
 
 
 @pytest.mark.parametrize(("x", "y"), [(0, 0), (0, 11), (0, 5), (5, 6), (6, 0), (11, 11), (4, 7)])
