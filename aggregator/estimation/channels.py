@@ -262,6 +262,7 @@ class PlanarLaplaceChannel(Channel):
         self._spectrum = spectrum
         self._spectrum_conj = spectrum.conj()
         self._local = threading.local()
+        self._workspace()  # plan the transforms now, as part of building the channel
 
     def _workspace(self) -> SimpleNamespace:
         """This thread's buffers: FFT plans, ``S`` bordered by zeros, ``u`` padded by zeros."""
