@@ -341,7 +341,7 @@ class PlanarLaplaceChannel(Channel):
         out = np.subtract(rows_diff[:, 1:], rows_diff[:, :-1]).ravel()
         # FFT round-off can leave -1e-16 where a distribution's image is 0: clear it for
         # non-negative inputs only, so that signed vectors (GMRES, probes) stay linear.
-        return np.maximum(out, 0.0, out=out) if np.all(p >= 0) else out
+        return np.maximum(out, 0.0, out=out) if p.min() >= 0 else out
 
     def backward(self, u: np.ndarray) -> np.ndarray:
         rows, cols = self.rows, self.cols
