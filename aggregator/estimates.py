@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 import threading
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -34,12 +36,32 @@ DEFAULT_CONFIDENCE = 0.95
 # large grid and a few MB to hold, so a handful of recent campaigns is enough.
 CHANNEL_CACHE_SIZE = 16
 
+_Result = TypeVar("_Result")
+
+
+def off_loop(function: Callable[..., _Result], /, *args: Any, **kwargs: Any) -> _Result:
+    """``function(*args, **kwargs)``, in gevent's native thread pool when gevent runs this process.
+
+    Under gunicorn's gevent worker every request of the worker shares one thread,
+    so seconds of numpy/scipy work would stop the worker answering anyone else.
+    The hub's thread pool (10 native threads per worker) runs it instead while the
+    calling greenlet waits; elsewhere (tests, the CLI) it is a plain call.
+    ``function`` must be pure computation: no Redis, and no gevent-patched lock.
+    """
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is None or not monkey.is_module_patched("threading"):
+        return function(*args, **kwargs)
+    import gevent
+
+    return gevent.get_hub().threadpool.apply(function, args, kwargs)
+
 
 class ChannelCache:
     """The channel operators of recently estimated campaigns, keyed by spec hash (LRU).
 
     A spec never changes, so an operator built once serves every later estimate
-    of the campaign. Safe to share between the threads of a worker.
+    of the campaign. Safe to share between the requests of a worker; operators
+    are built off the gevent loop (:func:`off_loop`), the bookkeeping stays on it.
     """
 
     def __init__(self, size: int = CHANNEL_CACHE_SIZE) -> None:
@@ -56,7 +78,7 @@ class ChannelCache:
                 self._channels.move_to_end(key)
                 return self._channels[key]
         # Built outside the lock: a slow kernel must not hold up other campaigns.
-        channel = channel_for(campaign.mechanism)
+        channel = off_loop(channel_for, campaign.mechanism)
         with self._lock:
             self.builds += 1
             self._channels[key] = channel
@@ -190,7 +212,7 @@ def cached_estimate(
     if hit is not None:
         return json.loads(hit), True
     channel = channels.get(campaign) if channels is not None and counts else None
-    response = estimate_response(campaign, counts, method, confidence, channel=channel)
+    response = off_loop(estimate_response, campaign, counts, method, confidence, channel=channel)
     body = json.dumps(response, separators=(",", ":"), default=_plain)
     store.cache_estimate(campaign_id, variant, digest, body)
     return response, False

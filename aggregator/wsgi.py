@@ -1,11 +1,22 @@
 """Running the app under gunicorn, in-process (used by ``ldp-aggregator serve``).
 
 Each worker builds its own app with :func:`aggregator.app.create_app` from
-the environment, after the fork, so no connection is shared across processes.
+the environment, after the fork and after gevent has patched the worker, so no
+connection or lock is shared across processes and every one the app creates is
+cooperative.
+
+The workers are gevent workers: each connection is a greenlet, so clients that
+send their request slowly hold only a greenlet each while the worker goes on
+serving others (a threaded worker would give each of them a thread until it
+finished). CPU-bound estimates run in gevent's native thread pool
+(:func:`aggregator.estimates.off_loop`) so that they do not stop the worker's loop.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -15,9 +26,39 @@ from aggregator.app import create_app
 
 # Estimates of large grids take seconds; a worker is not killed for that.
 WORKER_TIMEOUT_S = 120
-# Threaded workers keep client connections alive: a single-report POST then costs about
-# 2 ms instead of 10 ms with a new connection each time (scripts/bench_ingest.py).
-THREADS_PER_WORKER = 4
+WORKER_CLASS = "gevent"
+# Connections (greenlets) a worker holds at once, idle keep-alive and slow ones included;
+# beyond it the worker stops accepting until one closes.
+WORKER_CONNECTIONS = 1000
+# Seconds an idle connection is kept open for its next request: a single-report POST on a
+# kept-alive connection costs about 2 ms instead of 10 ms (scripts/bench_ingest.py).
+KEEPALIVE_S = 5
+# gevent patches a worker after gunicorn and ``import redis`` have imported ssl, and warns
+# about every module that kept a direct reference to the unpatched ssl.SSLContext. The only
+# one here is redis.asyncio.connection (``import redis`` imports it): redis-py's asyncio
+# client, which the app does not use. A warning that names any other module still shows.
+_SSL_WARNING_NAMING_ONLY_REDIS_ASYNCIO = (
+    r"Monkey-patching ssl after ssl has already been imported .*"
+    r"Modules that had direct imports \(NOT patched\): "
+    r"\['redis\.asyncio\.connection \([^)]*\)'\]\. $"
+)
+
+
+def _exit_now(signum: int, frame: Any) -> None:
+    os._exit(0)
+
+
+def _stop_while_booting(server: Any, worker: Any) -> None:
+    """gunicorn's ``post_fork``: a stop signal that arrives before the worker is ready ends it.
+
+    Until the worker installs its own handlers it has the master's, which only queue
+    the signal in the master's (now copied) queue: a SIGTERM sent while a new worker
+    still starts (gevent's patching takes about 0.1 s) would be lost, and the master
+    would wait its graceful timeout (30 s) before killing the worker. The worker has
+    accepted nothing yet, so exiting at once loses nothing.
+    """
+    for stop in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(stop, _exit_now)
 
 
 class _Server(BaseApplication):
@@ -39,8 +80,10 @@ def gunicorn_options(*, host: str, port: int, workers: int) -> dict[str, Any]:
     return {
         "bind": f"{host}:{port}",
         "workers": workers,
-        "worker_class": "gthread",
-        "threads": THREADS_PER_WORKER,
+        "worker_class": WORKER_CLASS,
+        "worker_connections": WORKER_CONNECTIONS,
+        "keepalive": KEEPALIVE_S,
+        "post_fork": _stop_while_booting,
         "timeout": WORKER_TIMEOUT_S,
         "accesslog": "-",
         "preload_app": False,
@@ -51,4 +94,5 @@ def run_gunicorn(
     *, host: str, port: int, workers: int, app_factory: Callable[[], Any] = create_app
 ) -> None:
     """Serve ``app_factory()`` (built in each worker) until interrupted."""
+    warnings.filterwarnings("ignore", message=_SSL_WARNING_NAMING_ONLY_REDIS_ASYNCIO)
     _Server(gunicorn_options(host=host, port=port, workers=workers), app_factory).run()
