@@ -89,7 +89,7 @@ class Channel(ABC):
             atol=0.0,
             restart=GMRES_RESTART,
             maxiter=GMRES_RESTARTS,
-            M=self._preconditioner(),
+            M=self.preconditioner(),
         )
         if info < 0:
             raise SingularChannelError("GMRES broke down: the channel is singular")
@@ -97,9 +97,13 @@ class Channel(ABC):
         residual = np.linalg.norm(self.forward(solution) - q)
         return solution, bool(residual <= GMRES_ACCEPT * np.linalg.norm(q))
 
-    def _preconditioner(self) -> LinearOperator | None:
-        """An approximate inverse of ``p -> p C`` for GMRES, if the structure offers one."""
+    def preconditioner(self) -> LinearOperator | None:
+        """An approximate inverse of ``p -> p C`` (for GMRES), if the structure offers one."""
         return None
+
+    def inverse_transpose(self) -> np.ndarray:
+        """``C^-T`` as a dense matrix, through the LU factorisation (small channels only)."""
+        return scipy.linalg.lu_solve(self._lu(), np.eye(self.n_outputs), trans=1)
 
     def _lu(self):
         if getattr(self, "_lu_cache", None) is None:
@@ -287,7 +291,7 @@ class PlanarLaplaceChannel(Channel):
         )
         return shape, scipy.fft.rfft2(self.kernel, shape)
 
-    def _preconditioner(self) -> LinearOperator:
+    def preconditioner(self) -> LinearOperator:
         """Periodic deconvolution by the kernel: exact away from the grid's edges.
 
         Dividing by the kernel's spectrum inverts the convolution on the torus

@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-import scipy.linalg
 from scipy.stats import norm
 
 from aggregator.estimation.channels import DENSE_SOLVE_LIMIT, Channel, KRRChannel
@@ -46,8 +45,7 @@ def inversion_variance(
     if isinstance(channel, KRRChannel):
         return q * (1 - q) / (n * (channel.p_keep - channel.p_other) ** 2)
     if channel.n_inputs <= DENSE_SOLVE_LIMIT:
-        inverse_t = scipy.linalg.lu_solve(channel._lu(), np.eye(channel.n_outputs), trans=1)
-        second_moment = (inverse_t**2) @ q
+        second_moment = (channel.inverse_transpose() ** 2) @ q
     else:
         second_moment = _probed_second_moment(q, channel, seed)
     return np.maximum(second_moment - unbiased**2, 0.0) / n
@@ -100,7 +98,7 @@ def _probed_second_moment(q: np.ndarray, channel: Channel, seed: int) -> np.ndar
     root_q = np.sqrt(q)
     approximate = getattr(channel, "inverse_second_moment", None)
     baseline = approximate(q) if approximate is not None else np.zeros(channel.n_inputs)
-    periodic = channel._preconditioner() if approximate is not None else None
+    periodic = channel.preconditioner() if approximate is not None else None
     correction = np.zeros(channel.n_inputs)
     for _ in range(VARIANCE_PROBES):
         probe = root_q * rng.choice((-1.0, 1.0), size=channel.n_outputs)
