@@ -24,14 +24,17 @@ from gunicorn.app.base import BaseApplication
 
 from aggregator.app import create_app
 
-# Estimates of large grids take seconds; a worker is not killed for that.
+# The master kills a worker whose loop has not checked in for this long. Estimates run off
+# the loop (aggregator.estimates.off_loop), so even long ones do not stop its check-ins.
 WORKER_TIMEOUT_S = 120
 WORKER_CLASS = "gevent"
 # Connections (greenlets) a worker holds at once, idle keep-alive and slow ones included;
 # beyond it the worker stops accepting until one closes.
 WORKER_CONNECTIONS = 1000
 # Seconds an idle connection is kept open for its next request: a single-report POST on a
-# kept-alive connection costs about 2 ms instead of 10 ms (scripts/bench_ingest.py).
+# kept-alive connection costs about 2 ms instead of 10 ms (scripts/bench_ingest.py). The
+# gevent worker reads every request head (request line and headers) under this timeout too,
+# so a client that dribbles its headers is cut off after it.
 KEEPALIVE_S = 5
 # gevent patches a worker after gunicorn and ``import redis`` have imported ssl, and warns
 # about every module that kept a direct reference to the unpatched ssl.SSLContext. The only
