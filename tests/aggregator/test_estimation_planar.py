@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 from scipy import integrate, special
 
-from aggregator.estimation import MatrixInversion, PlanarLaplaceChannel, channel_for
-from aggregator.estimation import channels
+from aggregator.estimation import MatrixInversion, PlanarLaplaceChannel, channel_for, channels
 from aggregator.estimation.channels import DENSE_SOLVE_LIMIT
 from aggregator.estimation.planar_kernel import kernel, quadrant_mass
 from shared.geo import Grid, Region
