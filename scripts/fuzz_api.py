@@ -192,7 +192,7 @@ def abuse(server: ServerProcess, connection: redis.Redis) -> list[tuple[str, str
         status = requests.get(f"{server.url}/api/v1/campaigns/{KRR['id']}", timeout=10).status_code
         outcome = f"{status} after {time.monotonic() - started:.1f} s (1.5 s of it the dribbling)"
     except requests.Timeout:
-        status, outcome = 0, "no answer within 10 s: the slow clients hold every worker thread"
+        status, outcome = 0, "no answer within 10 s: the slow clients hold every worker"
     results.append(
         ("a normal request while 30 slow clients dribble headers", outcome, status == 200)
     )
