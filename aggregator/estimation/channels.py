@@ -162,8 +162,8 @@ class _Convolution:
 
     Write the image into ``image`` (``rows x shape[1]``; columns beyond the
     image and rows up to ``shape[0]`` are zero padding), then :meth:`apply` a
-    spectrum prepared by :meth:`PlanarLaplaceChannel._spectrum` (already
-    divided by the transform size): the result's first ``rows`` rows are the
+    kernel's spectrum of that shape, already divided by the transform size (as
+    :class:`PlanarLaplaceChannel` keeps them): the result's first ``rows`` rows are the
     circular convolution of the padded image. With pyFFTW the transform runs
     in two stages through FFTW plans, rows then columns, so the padding rows
     are never transformed and only ``rows`` rows are transformed back; without
