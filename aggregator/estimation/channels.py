@@ -27,13 +27,9 @@ import scipy.fft
 import scipy.linalg
 from scipy.sparse.linalg import LinearOperator, gmres
 
+from aggregator.estimation import fftw
 from aggregator.estimation.planar_kernel import kernel as planar_kernel
 from shared.mechanisms import KRR, Mechanism, PlanarLaplace
-
-try:  # FFTW through pyFFTW when installed (the aggregator's extra); scipy.fft otherwise
-    import pyfftw
-except ImportError:  # pragma: no cover - exercised by the scipy test variant
-    pyfftw = None
 
 # Channels up to this many inputs are inverted through a dense LU factorisation.
 DENSE_SOLVE_LIMIT = 2500
@@ -101,6 +97,14 @@ class Channel(ABC):
         """An approximate inverse of ``p -> p C`` (for GMRES), if the structure offers one."""
         return None
 
+    def ibu_steps(self, counts: np.ndarray):
+        """IBU's steps on ``counts`` run by code specialised to this channel, or ``None``.
+
+        The result behaves like :class:`estimators.IBUSteps`, which runs them
+        through ``forward`` and ``backward`` where this is ``None``.
+        """
+        return None
+
     def inverse_transpose(self) -> np.ndarray:
         """``C^-T`` as a dense matrix, through the LU factorisation (small channels only)."""
         return scipy.linalg.lu_solve(self._lu(), np.eye(self.n_outputs), trans=1)
@@ -157,61 +161,62 @@ class KRRChannel(Channel):
         return (q - self.p_other * q.sum()) / (self.p_keep - self.p_other), True
 
 
-class _Convolution:
-    """One thread's buffers and plans for linear 2-D convolutions of small images by FFT.
-
-    Write the image into ``image`` (``rows x shape[1]``; columns beyond the
-    image and rows up to ``shape[0]`` are zero padding), then :meth:`apply` a
-    kernel's spectrum of that shape, already divided by the transform size (as
-    :class:`PlanarLaplaceChannel` keeps them): the result's first ``rows`` rows are the
-    circular convolution of the padded image. With pyFFTW the transform runs
-    in two stages through FFTW plans, rows then columns, so the padding rows
-    are never transformed and only ``rows`` rows are transformed back; without
-    it, through ``scipy.fft``.
-    """
+class _ScipyConvolution:
+    """:class:`fftw.Convolution`'s interface on ``scipy.fft``, where FFTW is unavailable."""
 
     def __init__(self, rows: int, shape: tuple[int, int]):
-        n_rows, n_cols = shape
-        half = n_cols // 2 + 1
         self.rows, self.shape = rows, shape
-        if pyfftw is None:
-            self.image = np.zeros((rows, n_cols))
-            return
-        # FFTW_ESTIMATE plans in a millisecond; measuring would take a quarter of a second
-        # per shape for a few microseconds per transform. The forward stages must keep their
-        # input (the zero padding); the inverse ones work on scratch buffers.
-        keep, scratch = ("FFTW_ESTIMATE",), ("FFTW_ESTIMATE", "FFTW_DESTROY_INPUT")
-        self.image = pyfftw.zeros_aligned((rows, n_cols))
-        rows_spectrum = pyfftw.zeros_aligned((n_rows, half), dtype=complex)
-        self.spectrum = pyfftw.zeros_aligned((n_rows, half), dtype=complex)
-        self.product = pyfftw.zeros_aligned((n_rows, half), dtype=complex)
-        back = pyfftw.zeros_aligned((n_rows, half), dtype=complex)
-        self.result = pyfftw.zeros_aligned((rows, n_cols))
-        # Rows rows_spectrum[rows:] stay zero: they are the image's padding.
-        self._plans = (
-            pyfftw.FFTW(self.image, rows_spectrum[:rows], axes=(1,), flags=keep).execute,
-            pyfftw.FFTW(rows_spectrum, self.spectrum, axes=(0,), flags=keep).execute,
-        )
-        self._inverse_plans = (
-            pyfftw.FFTW(
-                self.product, back, axes=(0,), direction="FFTW_BACKWARD", flags=scratch
-            ).execute,
-            pyfftw.FFTW(
-                back[:rows], self.result, axes=(1,), direction="FFTW_BACKWARD", flags=scratch
-            ).execute,
-        )
+        self.image = np.zeros((rows, shape[1]))
 
     def apply(self, spectrum: np.ndarray) -> np.ndarray:
-        """The first ``rows`` rows of ``image`` convolved with ``spectrum`` (a shared buffer)."""
-        if pyfftw is None:
-            product = scipy.fft.rfft2(self.image, self.shape) * spectrum
-            return scipy.fft.irfft2(product, self.shape, norm="forward")[: self.rows]
-        for execute in self._plans:
-            execute()
-        np.multiply(self.spectrum, spectrum, out=self.product)
-        for execute in self._inverse_plans:
-            execute()
-        return self.result
+        product = scipy.fft.rfft2(self.image, self.shape) * spectrum
+        return scipy.fft.irfft2(product, self.shape, norm="forward")[: self.rows]
+
+
+class _PlanarIBUSteps:
+    """IBU's steps on a planar channel, run by compiled loops (see :class:`estimators.IBUSteps`)."""
+
+    def __init__(self, channel: PlanarLaplaceChannel, counts: np.ndarray):
+        self._channel = channel
+        shape = (channel.rows, channel.cols)
+        self._counts = np.ascontiguousarray(counts, dtype=float).reshape(shape)
+        self._p = np.full(shape, 1.0 / channel.n_inputs)
+        self._predicted = np.empty(shape)
+        self._loops.ibu_start(*self._operands(), self._p, self._predicted)
+
+    @property
+    def _loops(self):
+        return self._channel._fftw.loops
+
+    def _operands(self) -> tuple:
+        """This thread's transforms, the kernel's two spectra, the edges' 1-D factors."""
+        channel = self._channel
+        convolution = channel._workspace().convolution
+        fft = (
+            channel._fftw.execute,
+            convolution.plans,
+            convolution.image,
+            convolution.spectrum,
+            convolution.result,
+        )
+        return (
+            fft,
+            (channel._spectrum, channel._spectrum_conj),
+            channel._edges,
+        )
+
+    @property
+    def p(self) -> np.ndarray:
+        return self._p.ravel()
+
+    @property
+    def predicted(self) -> np.ndarray:
+        return self._predicted.ravel()
+
+    def advance(self, steps: int, tol: float) -> tuple[int, float]:
+        return self._loops.ibu_advance(
+            *self._operands(), self._counts, self._p, self._predicted, steps, tol
+        )
 
 
 class PlanarLaplaceChannel(Channel):
@@ -252,6 +257,13 @@ class PlanarLaplaceChannel(Channel):
         marginal = cumulative[:, -1]
         x, i = np.arange(rows)[:, None], np.arange(rows - 1)[None, :]
         self._last_col = marginal[i - x + rows]
+        # The compiled IBU steps read them along both axes.
+        self._edges = (
+            self._last_row,
+            self._last_col,
+            np.ascontiguousarray(self._last_row.T),
+            np.ascontiguousarray(self._last_col.T),
+        )
         self._fft_shape = (
             scipy.fft.next_fast_len(max(2 * rows - 2, 1), real=True),
             scipy.fft.next_fast_len(max(2 * cols - 2, 1), real=True),
@@ -265,6 +277,7 @@ class PlanarLaplaceChannel(Channel):
         spectrum = scipy.fft.rfft2(image) / (self._fft_shape[0] * self._fft_shape[1])
         self._spectrum = spectrum
         self._spectrum_conj = spectrum.conj()
+        self._fftw = fftw.load() if rows > 1 and cols > 1 else None
         self._local = threading.local()
         self._workspace()  # plan the transforms now, as part of building the channel
 
@@ -273,8 +286,14 @@ class PlanarLaplaceChannel(Channel):
         workspace = getattr(self._local, "workspace", None)
         if workspace is None:
             rows, cols = self.rows, self.cols
+            if rows == 1 or cols == 1:
+                convolution = None
+            elif self._fftw is None:
+                convolution = _ScipyConvolution(rows, self._fft_shape)
+            else:
+                convolution = fftw.Convolution(self._fftw, rows, self._fft_shape)
             workspace = SimpleNamespace(
-                convolution=_Convolution(rows, self._fft_shape) if rows > 1 and cols > 1 else None,
+                convolution=convolution,
                 bordered=np.zeros((rows + 1, cols + 1)),
                 padded=np.zeros((rows + 2, cols + 2)),
                 rows_diff=np.empty((rows + 1, cols + 2)),
@@ -327,6 +346,10 @@ class PlanarLaplaceChannel(Channel):
             inverse**2, shape
         )
         return scipy.fft.irfft2(spectrum, shape)[:rows, :cols].ravel()
+
+    def ibu_steps(self, counts: np.ndarray) -> _PlanarIBUSteps | None:
+        """Compiled IBU steps (four transforms each), where FFTW and numba are installed."""
+        return None if self._fftw is None else _PlanarIBUSteps(self, counts)
 
     def forward(self, p: np.ndarray) -> np.ndarray:
         rows, cols = self.rows, self.cols

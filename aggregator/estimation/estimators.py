@@ -91,6 +91,46 @@ class MatrixInversion:
         return self
 
 
+class IBUSteps:
+    """IBU's steps on one set of counts, through the channel's ``forward`` and ``backward``.
+
+    ``p`` starts uniform; ``predicted`` is always ``forward(p)``. A channel
+    may run the same steps faster (:meth:`channels.Channel.ibu_steps`).
+    """
+
+    def __init__(self, channel, counts: np.ndarray):
+        self._channel = channel
+        self._counts = counts
+        self._observed = counts > 0
+        self.p = np.full(channel.n_inputs, 1.0 / channel.n_inputs)
+        self.predicted = channel.forward(self.p)
+
+    def advance(self, steps: int, tol: float) -> tuple[int, float]:
+        """Up to ``steps`` steps, stopping after one that changes no frequency by more than
+        ``tol``. Returns the steps taken and the last one's largest change."""
+        taken, change = 0, np.inf
+        while taken < steps:
+            # p_x <- p_x * sum_y C[x, y] counts_y / predicted_y; unreported outputs add nothing.
+            ratio = np.zeros_like(self.predicted)
+            with np.errstate(divide="ignore"):
+                np.divide(self._counts, self.predicted, out=ratio, where=self._observed)
+            updated = self.p * self._channel.backward(ratio)
+            updated /= updated.sum()
+            change = float(np.max(np.abs(updated - self.p)))
+            taken += 1
+            self.p = updated
+            self.predicted = self._channel.forward(updated)
+            if change <= tol:
+                break
+        return taken, change
+
+
+def _steps(channel, counts: np.ndarray):
+    """The channel's own IBU steps where it has them, else the generic ones."""
+    steps = channel.ibu_steps(counts) if hasattr(channel, "ibu_steps") else None
+    return IBUSteps(channel, counts) if steps is None else steps
+
+
 class IBU:
     """The Iterative Bayesian Update (EM for the maximum-likelihood distribution).
 
@@ -149,44 +189,24 @@ class IBU:
         self.seed = seed
         self.record_history = record_history
 
-    @staticmethod
-    def _update(p, predicted, counts, observed, channel) -> np.ndarray:
-        """One EM update of ``p``, whose report distribution is ``predicted``.
-
-        ``observed`` is ``counts > 0``: outputs never reported contribute nothing.
-        """
-        ratio = np.zeros_like(predicted)
-        with np.errstate(divide="ignore"):
-            np.divide(counts, predicted, out=ratio, where=observed)
-        updated = p * channel.backward(ratio)
-        updated /= updated.sum()
-        return updated
-
     def _run(self, counts, channel, n_iter: int | None):
         """IBU on ``counts`` for ``n_iter`` steps, or until converged if ``None``.
 
-        Returns the estimate, its report distribution, the steps taken, whether
-        it converged, and the log-likelihood history.
+        Returns the steps (their estimate and its report distribution), the
+        steps taken, whether it converged, and the log-likelihood history.
         """
-        p = np.full(channel.n_inputs, 1.0 / channel.n_inputs)
-        predicted = channel.forward(p)
-        observed = counts > 0
+        steps = _steps(channel, counts)
         limit = self.max_iter if n_iter is None else n_iter
         history = []
-        converged = False
-        steps = 0
-        while steps < limit:
-            updated = self._update(p, predicted, counts, observed, channel)
-            steps += 1
-            change = np.max(np.abs(updated - p))
-            p = updated
-            predicted = channel.forward(p)
-            if self.record_history:
-                history.append(log_likelihood(counts, predicted))
-            if change <= self.tol:
-                converged = True
-                break
-        return p, predicted, steps, converged, history
+        if self.record_history:
+            taken, change = 0, np.inf
+            while taken < limit and not change <= self.tol:
+                change = steps.advance(1, self.tol)[1]
+                taken += 1
+                history.append(log_likelihood(counts, steps.predicted))
+        else:
+            taken, change = steps.advance(limit, self.tol)
+        return steps, taken, bool(change <= self.tol), history
 
     def _cross_validate(self, counts, channel) -> tuple[int, np.ndarray]:
         rng = np.random.default_rng(self.seed)
@@ -194,20 +214,15 @@ class IBU:
         halves = (first, counts - first)
         if min(h.sum() for h in halves) == 0:
             return 1, np.zeros(1)
-        estimates = [np.full(channel.n_inputs, 1.0 / channel.n_inputs) for _ in halves]
-        predicted = [channel.forward(p) for p in estimates]
-        observed = [half > 0 for half in halves]
+        steps = [_steps(channel, half) for half in halves]
         scores = []
         best = 0
         for step in range(self.max_iter):
             score = 0.0
             change = 0.0
-            for i, (train, held_out) in enumerate((halves, halves[::-1])):
-                updated = self._update(estimates[i], predicted[i], train, observed[i], channel)
-                change = max(change, np.max(np.abs(updated - estimates[i])))
-                estimates[i] = updated
-                predicted[i] = channel.forward(updated)
-                score += log_likelihood(held_out, predicted[i])
+            for train, held_out in zip(steps, halves[::-1], strict=True):
+                change = max(change, train.advance(1, self.tol)[1])
+                score += log_likelihood(held_out, train.predicted)
             scores.append(score)
             if score > scores[best]:
                 best = step
@@ -222,11 +237,11 @@ class IBU:
         self.cv_scores_ = None
         if n_iter is None and self.stopping == "cv":
             n_iter, self.cv_scores_ = self._cross_validate(counts, channel)
-        p, predicted, steps, converged, history = self._run(counts, channel, n_iter)
-        self.frequencies_ = p
-        self.n_iter_ = steps
+        steps, taken, converged, history = self._run(counts, channel, n_iter)
+        self.frequencies_ = steps.p.copy()
+        self.n_iter_ = taken
         # With a chosen iteration count, reaching it is the stopping rule firing.
         self.converged_ = converged or n_iter is not None
-        self.log_likelihood_ = log_likelihood(counts, predicted)
+        self.log_likelihood_ = log_likelihood(counts, steps.predicted)
         self.log_likelihood_history_ = np.asarray(history)
         return self

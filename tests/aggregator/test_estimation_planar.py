@@ -17,8 +17,15 @@ import numpy as np
 import pytest
 from scipy import integrate, special
 
-from aggregator.estimation import MatrixInversion, PlanarLaplaceChannel, channel_for, channels
+from aggregator.estimation import (
+    IBU,
+    MatrixInversion,
+    PlanarLaplaceChannel,
+    channel_for,
+    fftw,
+)
 from aggregator.estimation.channels import DENSE_SOLVE_LIMIT
+from aggregator.estimation.estimators import IBUSteps
 from aggregator.estimation.planar_kernel import kernel, quadrant_mass
 from shared.geo import Grid, Region
 from shared.mechanisms import PlanarLaplace
@@ -128,11 +135,11 @@ SHAPES = [(3, 5), (7, 4), (1, 9), (9, 1), (6, 6), (1, 1), (2, 13), (2, 2), (31, 
 
 @pytest.fixture(params=["fftw", "scipy"])
 def fft_backend(request, monkeypatch):
-    """Both transform paths: FFTW plans through pyFFTW, and scipy.fft without it."""
+    """Both transform paths: FFTW plans run by compiled loops, and scipy.fft without them."""
     if request.param == "fftw":
-        assert channels.pyfftw is not None, "pyFFTW is part of the aggregator's dependencies"
+        assert fftw.load() is not None, "pyFFTW and numba are part of the aggregator's dependencies"
     else:
-        monkeypatch.setattr(channels, "pyfftw", None)
+        monkeypatch.setattr(fftw, "load", lambda: None)
     return request.param
 
 
@@ -173,6 +180,75 @@ def test_one_channel_serves_several_threads_at_once(fft_backend):
     ):
         np.testing.assert_array_equal(forward, want_forward)
         np.testing.assert_array_equal(backward, want_backward)
+
+
+def noisy_counts(channel: PlanarLaplaceChannel, users: int, seed: int) -> np.ndarray:
+    """Report counts of a clustered population, with a fifth of the cells never reported."""
+    rng = np.random.default_rng(seed)
+    truth = rng.dirichlet(np.full(channel.n_inputs, 0.3))
+    counts = rng.multinomial(users, channel.forward(truth)).astype(float)
+    counts[rng.random(counts.size) < 0.2] = 0.0
+    return counts
+
+
+@pytest.mark.parametrize(("rows", "cols"), [(r, c) for r, c in SHAPES if r > 1 and c > 1])
+@pytest.mark.parametrize("epsilon", [0.3, 2.0])
+def test_compiled_ibu_steps_equal_the_operator_steps(rows, cols, epsilon):
+    # The fused loops redo forward and backward's arithmetic; only summation order differs.
+    channel = PlanarLaplaceChannel(epsilon=epsilon, cell_size_m=1.0, rows=rows, cols=cols)
+    counts = noisy_counts(channel, 5_000, seed=rows * 100 + cols)
+    compiled, generic = channel.ibu_steps(counts), IBUSteps(channel, counts)
+    assert compiled is not None
+    np.testing.assert_allclose(compiled.predicted, generic.predicted, rtol=0, atol=1e-15)
+    for steps in (1, 1, 7, 40):
+        taken, change = compiled.advance(steps, 0.0)
+        assert (taken, change) == pytest.approx(generic.advance(steps, 0.0), rel=1e-9)
+        np.testing.assert_allclose(compiled.p, generic.p, rtol=1e-11, atol=1e-15)
+        np.testing.assert_allclose(compiled.predicted, generic.predicted, rtol=1e-11, atol=1e-15)
+    # The tolerance stops both after the same step.
+    assert compiled.advance(10_000, 1e-6) == pytest.approx(generic.advance(10_000, 1e-6), rel=1e-6)
+    np.testing.assert_allclose(compiled.p, generic.p, rtol=1e-9, atol=1e-14)
+
+
+def test_ibu_takes_the_compiled_steps_and_matches_them_on_scipy(monkeypatch):
+    channel = PlanarLaplaceChannel(epsilon=0.5, cell_size_m=1.0, rows=12, cols=9)
+    counts = noisy_counts(channel, 3_000, seed=3)
+    fitted = IBU().fit(counts, channel)
+    fixed = IBU(stopping="tolerance", tol=1e-8, max_iter=20_000).fit(counts, channel)
+    monkeypatch.setattr(fftw, "load", lambda: None)
+    plain = PlanarLaplaceChannel(epsilon=0.5, cell_size_m=1.0, rows=12, cols=9)
+    assert plain.ibu_steps(counts) is None
+    assert fitted.n_iter_ == IBU().fit(counts, plain).n_iter_
+    np.testing.assert_allclose(
+        fitted.frequencies_, IBU().fit(counts, plain).frequencies_, atol=1e-13
+    )
+    again = IBU(stopping="tolerance", tol=1e-8, max_iter=20_000).fit(counts, plain)
+    assert fixed.converged_
+    assert (fixed.n_iter_, fixed.converged_) == (again.n_iter_, again.converged_)
+    np.testing.assert_allclose(fixed.frequencies_, again.frequencies_, atol=1e-12)
+    assert fixed.log_likelihood_ == pytest.approx(again.log_likelihood_, rel=1e-12)
+
+
+@pytest.mark.parametrize(("rows", "cols"), [(1, 9), (9, 1), (1, 1)])
+def test_single_row_or_column_grids_take_the_operator_steps(rows, cols):
+    channel = PlanarLaplaceChannel(epsilon=1.0, cell_size_m=1.0, rows=rows, cols=cols)
+    assert channel.ibu_steps(np.ones(rows * cols)) is None
+
+
+def test_compiled_ibu_steps_run_in_several_threads_at_once():
+    channel = PlanarLaplaceChannel(epsilon=0.4, cell_size_m=1.0, rows=21, cols=15)
+    samples = [noisy_counts(channel, 2_000, seed=seed) for seed in range(8)]
+
+    def run(counts):
+        steps = channel.ibu_steps(counts)
+        steps.advance(60, 0.0)
+        return steps.p.copy()
+
+    expected = [run(counts) for counts in samples]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(run, samples * 6))
+    for result, want in zip(results, expected * 6, strict=True):
+        np.testing.assert_array_equal(result, want)
 
 
 @pytest.mark.parametrize(("x", "y"), [(0, 0), (0, 11), (0, 5), (5, 6), (6, 0), (11, 11), (4, 7)])
