@@ -127,7 +127,7 @@ class IBUSteps:
 
 def _steps(channel, counts: np.ndarray):
     """The channel's own IBU steps where it has them, else the generic ones."""
-    steps = channel.ibu_steps(counts) if hasattr(channel, "ibu_steps") else None
+    steps = channel.ibu_steps(counts)
     return IBUSteps(channel, counts) if steps is None else steps
 
 

@@ -155,8 +155,10 @@ class Convolution:
                     _at(self.result), None, 1, n_cols, MEASURE | DESTROY_INPUT,
                 ),
             )  # fmt: skip
-        if not all(handles):
-            raise RuntimeError(f"FFTW could not plan a {n_rows} x {n_cols} transform")
+            if not all(handles):
+                for handle in filter(None, handles):
+                    library.fftw_destroy_plan(handle)
+                raise RuntimeError(f"FFTW could not plan a {n_rows} x {n_cols} transform")
         # Measuring scribbles on the buffers: the zero padding is laid down afterwards.
         self.image[:] = 0.0
         rows_spectrum[:] = 0.0
