@@ -115,8 +115,10 @@ def main(host: str, port: int, data_dir: str, users: int, exit_after_setup: bool
         "LDP_ADMIN_TOKEN": admin_token,
         "LDP_ANALYST_TOKEN": analyst_token,
         "LDP_DATA_DIR": str(Path(data_dir).resolve()),
-        # Every simulated user reports from this machine's address.
+        # Every simulated user fetches the campaign's spec and reports from this machine's
+        # address: the per-address limits would pace the demo to minutes.
         "LDP_RATELIMIT_REPORTS": os.environ.get("LDP_RATELIMIT_REPORTS", "1000000 per minute"),
+        "LDP_RATELIMIT_PUBLIC": os.environ.get("LDP_RATELIMIT_PUBLIC", "1000000 per minute"),
     }
     url = f"http://{host}:{port}"
     command = [sys.executable, "-m", "aggregator.cli", "serve", "--host", host, "--port", str(port)]
