@@ -6,8 +6,9 @@ steps on a :class:`aggregator.estimation.channels.PlanarLaplaceChannel` with
 the same arithmetic as its ``forward`` and ``backward`` (the docstring there
 derives it), fused so that a step costs four transforms and a few passes over
 the grid instead of some forty numpy calls. Everything is compiled once and
-cached on disk by numba; FFTW is called through the address of
-``fftw_execute``, passed in, so that nothing here depends on the process.
+cached on disk by numba: FFTW is called through the address of
+``fftw_execute``, passed in as an argument, so that the compiled code holds
+no address of the process that compiled it.
 """
 
 from __future__ import annotations
