@@ -182,7 +182,8 @@ class _PlanarIBUSteps:
         self._counts = np.ascontiguousarray(counts, dtype=float).reshape(shape)
         self._p = np.full(shape, 1.0 / channel.n_inputs)
         self._predicted = np.empty(shape)
-        self._loops.ibu_start(*self._operands(), self._p, self._predicted)
+        bordered = np.zeros((channel.rows + 1, channel.cols + 1))
+        self._loops.ibu_forward(*self._operands(), self._p, self._predicted, bordered)
 
     @property
     def _loops(self):

@@ -103,15 +103,6 @@ def load() -> SimpleNamespace | None:
     return SimpleNamespace(library=library, execute=execute, loops=fftw_loops)
 
 
-def _aligned(shape: tuple[int, ...], dtype) -> np.ndarray:
-    """Zeros aligned for FFTW's SIMD code (64 bytes covers AVX-512)."""
-    dtype = np.dtype(dtype)
-    count = int(np.prod(shape))
-    raw = np.zeros(count * dtype.itemsize + 64, dtype=np.uint8)
-    start = -raw.ctypes.data % 64
-    return raw[start : start + count * dtype.itemsize].view(dtype).reshape(shape)
-
-
 class Convolution:
     """One thread's buffers and plans for linear 2-D convolutions of small images.
 
@@ -126,14 +117,16 @@ class Convolution:
     """
 
     def __init__(self, binding: SimpleNamespace, rows: int, shape: tuple[int, int]):
+        from pyfftw import zeros_aligned  # SIMD-aligned buffers; present wherever load() is
+
         n_rows, n_cols = shape
         half = n_cols // 2 + 1
         self.rows, self.shape, self.binding = rows, shape, binding
-        self.image = _aligned((rows, n_cols), float)
-        rows_spectrum = _aligned((n_rows, half), complex)  # rows beyond `rows` stay zero
-        self.spectrum = _aligned((n_rows, half), complex)
-        back = _aligned((n_rows, half), complex)
-        self.result = _aligned((rows, n_cols), float)
+        self.image = zeros_aligned((rows, n_cols), float)
+        rows_spectrum = zeros_aligned((n_rows, half), complex)  # rows beyond `rows` stay zero
+        self.spectrum = zeros_aligned((n_rows, half), complex)
+        back = zeros_aligned((n_rows, half), complex)
+        self.result = zeros_aligned((rows, n_cols), float)
         library = binding.library
         many = (ctypes.c_int * 1)(n_cols), (ctypes.c_int * 1)(n_rows)
         with _planning:

@@ -165,10 +165,3 @@ def ibu_advance(fft, kernels, edges, counts, p, predicted, steps, tol):
         if change <= tol:
             break
     return taken, change
-
-
-@njit(**COMPILE)
-def ibu_start(fft, kernels, edges, p, predicted):
-    """``predicted = forward(p)``, to start the steps from ``p``."""
-    rows, cols = p.shape
-    ibu_forward(fft, kernels, edges, p, predicted, np.zeros((rows + 1, cols + 1)))
