@@ -1,0 +1,85 @@
+"""A work budget for one estimate: a cap on its work and a time limit, checked as it runs.
+
+Estimation loops call :func:`charge` with the work of each step they are about
+to take (one IBU step over ``k`` cells costs ``k`` units; a bootstrap replicate
+costs the units of its steps). Outside :func:`limited` it does nothing; inside,
+it raises :class:`WorkLimitExceeded` once the estimate's work would pass the
+cap, and :class:`EstimateTimedOut` once the time limit has passed, so that a
+caller can answer in bounded time instead of computing for minutes.
+
+The budget belongs to the thread that opened it (estimates run in a worker's
+thread pool, several at once).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+_local = threading.local()
+
+
+class EstimateAborted(RuntimeError):
+    """An estimate stopped before it finished because it ran out of budget."""
+
+
+class WorkLimitExceeded(EstimateAborted):
+    """The estimate needs more work units than its cap allows."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"the estimate needs more than {limit:,} units of work")
+        self.limit = limit
+
+
+class EstimateTimedOut(EstimateAborted):
+    """The estimate ran past its time limit."""
+
+    def __init__(self, seconds: float):
+        super().__init__(f"the estimate did not finish within {seconds:g} s")
+        self.seconds = seconds
+
+
+@dataclass
+class _Budget:
+    max_work: int | None
+    timeout_s: float | None
+    deadline: float | None
+    spent: int = 0
+
+
+def charge(units: int) -> None:
+    """Count ``units`` of work against the current thread's budget, if it has one."""
+    budget: _Budget | None = getattr(_local, "budget", None)
+    if budget is None:
+        return
+    budget.spent += int(units)
+    if budget.max_work is not None and budget.spent > budget.max_work:
+        raise WorkLimitExceeded(budget.max_work)
+    if budget.deadline is not None and time.monotonic() > budget.deadline:
+        assert budget.timeout_s is not None
+        raise EstimateTimedOut(budget.timeout_s)
+
+
+def spent() -> int:
+    """The work charged so far in the current thread's budget (0 without one)."""
+    budget: _Budget | None = getattr(_local, "budget", None)
+    return 0 if budget is None else budget.spent
+
+
+@contextmanager
+def limited(*, max_work: int | None = None, timeout_s: float | None = None) -> Iterator[None]:
+    """Run the block under a work cap and a time limit (``None``: no limit of that kind)."""
+    if max_work is not None and max_work < 1:
+        raise ValueError(f"max_work must be >= 1, got {max_work!r}")
+    if timeout_s is not None and not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    previous = getattr(_local, "budget", None)
+    _local.budget = _Budget(max_work, timeout_s, deadline)
+    try:
+        yield
+    finally:
+        _local.budget = previous
