@@ -22,13 +22,19 @@ from aggregator.redis_server import (
     DEFAULT_DATA_DIR,
     DEFAULT_FSYNC,
     FSYNC_POLICIES,
+    DataDirBusy,
+    DataDirLock,
     EmbeddedRedis,
     connect_url,
+    parse_memory_size,
 )
 from aggregator.retention import DAY_S, trim_all
 from aggregator.store import CLOSED, OPEN, CampaignStore
 from shared.errors import LDPError
 from shared.spec import CampaignSpec
+
+# gunicorn's control socket (gunicornc), one per data directory so that servers do not share it.
+CONTROL = "gunicorn.ctl"
 
 
 class StoreOpener:
@@ -40,9 +46,10 @@ class StoreOpener:
         self.embedded: EmbeddedRedis | None = None
         self._store: CampaignStore | None = None
 
-    def url(self) -> str:
+    def url(self, **embedded_options: Any) -> str:
+        """The store's URL; ``embedded_options`` go to the embedded server if one is started."""
         if self._url is None:
-            self._url, self.embedded = connect_url(*self._settings)
+            self._url, self.embedded = connect_url(*self._settings, **embedded_options)
         return self._url
 
     def store(self) -> CampaignStore:
@@ -109,21 +116,50 @@ def _echo_json(data: Any) -> None:
 @click.option(
     "--workers", envvar="LDP_WORKERS", default=2, show_default=True, type=click.IntRange(1, 64)
 )
-@click.pass_obj
-def serve(opener: StoreOpener, host: str, port: int, workers: int) -> None:
+@click.option(
+    "--redis-maxmemory",
+    envvar="LDP_REDIS_MAXMEMORY",
+    help="Memory limit of the embedded Redis: bytes or e.g. 512mb, 0 for none "
+    "[default: a quarter of the machine's memory].",
+)
+@click.pass_context
+def serve(
+    ctx: click.Context, host: str, port: int, workers: int, redis_maxmemory: str | None
+) -> None:
     """Serve the API with gunicorn workers sharing one Redis.
 
-    Without --redis-url the embedded Redis is started (or reused) in --data-dir
-    and stopped when the server stops. Tokens come from LDP_ADMIN_TOKEN and
-    LDP_ANALYST_TOKEN.
+    Without --redis-url the embedded Redis is started in --data-dir and stopped
+    when the server stops; one left running by a server that was killed is shut
+    down first. One serve per --data-dir. Tokens come from LDP_ADMIN_TOKEN and
+    LDP_ANALYST_TOKEN (at least 32 characters unless LDP_ALLOW_WEAK_TOKENS=1).
     """
+    from aggregator.app import create_app
     from aggregator.wsgi import run_gunicorn
 
-    url = opener.url()
+    opener: StoreOpener = ctx.obj
+    try:
+        create_app()  # what every worker will build: refuses weak tokens, bad settings
+        parse_memory_size(redis_maxmemory)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    data_dir = ctx.parent.params["data_dir"] if ctx.parent else DEFAULT_DATA_DIR
+    lock = DataDirLock(data_dir)
+    try:
+        lock.acquire()
+        url = opener.url(maxmemory=redis_maxmemory, exclusive=True)
+    except DataDirBusy as exc:
+        lock.release()
+        raise click.ClickException(str(exc)) from exc
     _warn_if_not_durable(url)
     # The workers build their app from the environment; they inherit this one.
     os.environ["LDP_REDIS_URL"] = url
-    run_gunicorn(host=host, port=port, workers=workers)
+    try:
+        run_gunicorn(
+            host=host, port=port, workers=workers, control_socket=str(lock.data_dir / CONTROL)
+        )
+    finally:
+        opener.close()  # Redis stops before the data directory is given up
+        lock.release()
 
 
 def _warn_if_not_durable(url: str) -> None:
