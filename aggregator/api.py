@@ -9,6 +9,7 @@ from typing import Any
 
 import flask
 import limits
+import redis
 
 from aggregator import estimates, export
 from aggregator.auth import ADMIN, ANALYST, require
@@ -24,6 +25,7 @@ from aggregator.store import (
     ReportBudget,
     ReportBudgetExceeded,
     SpecChanged,
+    is_out_of_memory,
 )
 from shared.errors import ValidationError
 from shared.spec import ID_PATTERN, SERVER_FIELDS, CampaignSpec
@@ -200,6 +202,12 @@ def submit_reports(campaign_id: str) -> flask.Response:
         except (CampaignFull, ReportBudgetExceeded) as refusal:
             capacity.record_refusal(refusal.code, campaign_id, len(reports))
             raise
+        except redis.ResponseError as exc:
+            if not is_out_of_memory(exc):
+                raise
+            # Redis refused the script's first write (a flood overshot the high-water mark
+            # between two readings): nothing was stored.
+            raise capacity.storage_full(campaign_id, len(reports)) from exc
         except (ValidationError, SpecChanged, CampaignNotFound):
             # Refused against this process's copy: read the campaign again, and check
             # again only if its spec is not the one the copy had.

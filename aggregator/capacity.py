@@ -127,11 +127,18 @@ class CapacityGuard:
 
     def check_reports(self, campaign_id: str, n_reports: int) -> None:
         """Raise :class:`StorageFull` (and count it) if reports must be refused now."""
-        reading = self.reading()
-        if not reading.full:
-            return
+        if self.reading().full:
+            raise self.storage_full(campaign_id, n_reports)
+
+    def storage_full(self, campaign_id: str, n_reports: int) -> StorageFull:
+        """Count a submission refused for want of memory; the error to raise for it.
+
+        Also for Redis's own refusal (``OOM``) when a flood overshot the mark
+        between two readings: the next check reads the memory again.
+        """
+        self._read_at = float("-inf")
         self.record_refusal("storage_full", campaign_id, n_reports)
-        raise StorageFull(
+        return StorageFull(
             "the report store is full; nothing was stored, retry later",
             campaign_id=campaign_id,
             retry_after_s=STORAGE_FULL_RETRY_AFTER_S,

@@ -142,24 +142,28 @@ def serve(
         parse_memory_size(redis_maxmemory)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
-    data_dir = ctx.parent.params["data_dir"] if ctx.parent else DEFAULT_DATA_DIR
-    lock = DataDirLock(data_dir)
+    group = ctx.parent.params if ctx.parent else {}
+    # The data directory is this server's only with the embedded Redis; with an external
+    # one, servers may share a machine (and gunicorn's control socket stays off).
+    lock = None if group.get("redis_url") else DataDirLock(group.get("data_dir", DEFAULT_DATA_DIR))
     try:
-        lock.acquire()
+        if lock is not None:
+            lock.acquire()
         url = opener.url(maxmemory=redis_maxmemory, exclusive=True)
     except DataDirBusy as exc:
-        lock.release()
+        if lock is not None:
+            lock.release()
         raise click.ClickException(str(exc)) from exc
     _warn_if_not_durable(url)
     # The workers build their app from the environment; they inherit this one.
     os.environ["LDP_REDIS_URL"] = url
+    control = str(lock.data_dir / CONTROL) if lock is not None else None
     try:
-        run_gunicorn(
-            host=host, port=port, workers=workers, control_socket=str(lock.data_dir / CONTROL)
-        )
+        run_gunicorn(host=host, port=port, workers=workers, control_socket=control)
     finally:
         opener.close()  # Redis stops before the data directory is given up
-        lock.release()
+        if lock is not None:
+            lock.release()
 
 
 def _warn_if_not_durable(url: str) -> None:

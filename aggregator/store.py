@@ -75,6 +75,13 @@ class EnrollmentRefused(StoreError):
     code = "enrollment_refused"
 
 
+def is_out_of_memory(error: redis.RedisError) -> bool:
+    """Whether Redis refused a write at its ``maxmemory`` (directly or inside a script)."""
+    return isinstance(error, redis.exceptions.OutOfMemoryError) or (
+        isinstance(error, redis.ResponseError) and "OOM command not allowed" in str(error)
+    )
+
+
 def token_digest(token: str) -> str:
     """What the store keeps of an enrollment token: its SHA-256, so a leak spends nothing."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
@@ -518,7 +525,9 @@ class CampaignStore:
                 pipe.hset(key, mapping={"counts_digest": counts_digest, "body": body})
                 pipe.expire(key, ESTIMATE_CACHE_TTL_S)
                 pipe.execute()
-        except redis.exceptions.OutOfMemoryError:
+        except redis.ResponseError as exc:
+            if not is_out_of_memory(exc):
+                raise
             logger.warning(
                 "estimate of campaign %r not cached: Redis is at its memory limit", campaign_id
             )

@@ -108,8 +108,8 @@ def _existing_reports(url: str, campaign_id: str, analyst_token: str) -> int:
 @click.option("--exit-after-setup", is_flag=True, help="Stop the server once the demo is filled.")
 def main(host: str, port: int, data_dir: str, users: int, exit_after_setup: bool) -> None:
     """Run the aggregator with demo campaigns filled through the real client."""
-    admin_token = os.environ.get("LDP_ADMIN_TOKEN") or secrets.token_urlsafe(18)
-    analyst_token = os.environ.get("LDP_ANALYST_TOKEN") or secrets.token_urlsafe(18)
+    admin_token = os.environ.get("LDP_ADMIN_TOKEN") or secrets.token_urlsafe(32)
+    analyst_token = os.environ.get("LDP_ANALYST_TOKEN") or secrets.token_urlsafe(32)
     env = {
         **os.environ,
         "LDP_ADMIN_TOKEN": admin_token,
@@ -119,6 +119,7 @@ def main(host: str, port: int, data_dir: str, users: int, exit_after_setup: bool
         # address: the per-address limits would pace the demo to minutes.
         "LDP_RATELIMIT_REPORTS": os.environ.get("LDP_RATELIMIT_REPORTS", "1000000 per minute"),
         "LDP_RATELIMIT_PUBLIC": os.environ.get("LDP_RATELIMIT_PUBLIC", "1000000 per minute"),
+        "LDP_REPORT_BUDGET": os.environ.get("LDP_REPORT_BUDGET", "1000000 per hour"),
     }
     url = f"http://{host}:{port}"
     command = [sys.executable, "-m", "aggregator.cli", "serve", "--host", host, "--port", str(port)]

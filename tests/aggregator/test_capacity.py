@@ -227,3 +227,22 @@ def test_a_campaign_quota_caps_its_reports(client, admin, krr_campaign, app):
     assert (retried["accepted"], retried["duplicates"]) == (0, 3)
     assert client.post(REPORTS, json=batch(1)).status_code == 507
     assert client.get("/api/v1/campaigns/fruit/counts", headers=admin).get_json()["n"] == 5
+
+
+def test_redis_refusing_a_report_for_memory_is_507_not_503(small_redis):
+    """A flood can overshoot the mark between two readings: Redis's own refusal is 507 too."""
+    app = make_app(small_redis.url, STORAGE_CHECK_INTERVAL_S=3600)
+    client = app.test_client()
+    assert client.post("/api/v1/campaigns", json=KRR_SPEC, headers=ADMIN).status_code == 201
+    assert client.post(REPORTS, json=batch(10)).status_code == 200  # reading cached: room
+    connection = redis.Redis.from_url(small_redis.url)
+    connection.config_set("maxmemory", connection.info("memory")["used_memory"] // 2)
+    refused = client.post(REPORTS, json=batch(10))
+    assert refused.status_code == 507, refused.get_json()
+    assert refused.get_json()["error"]["code"] == "storage_full"
+    assert "Retry-After" in refused.headers
+    assert CampaignStore(connection).get_campaign("fruit").n_reports == 10
+    connection.config_set("maxmemory", SMALL_LIMIT)
+    # The refusal made the guard read again: with room, reports are taken.
+    assert client.post(REPORTS, json=batch(10)).status_code == 200
+    connection.close()

@@ -52,7 +52,16 @@ def _serve(data_dir: Path, log: Path) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "aggregator.cli", "serve", "--port", str(port), "--workers", "1"],
+            [
+                sys.executable,
+                "-m",
+                "aggregator.cli",
+                "serve",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
             cwd=data_dir.parent,
             env=_env(data_dir),
             stdout=out,
