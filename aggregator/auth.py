@@ -111,12 +111,6 @@ def refuse_if_throttled() -> None:
     failures = get_store().connection.get(key)
     if failures is not None and int(failures) >= amount:
         retry_after = max(window_s - int(time.time()) % window_s, 1)
-        flask.current_app.logger.warning(
-            "authentication throttled for %s: %s failed attempts in %s s",
-            flask.request.remote_addr,
-            int(failures),
-            window_s,
-        )
         raise TooManyRequests(
             f"too many failed authentication attempts ({amount} per {window_s} s)",
             retry_after=retry_after,
@@ -124,15 +118,26 @@ def refuse_if_throttled() -> None:
 
 
 def record_failure() -> None:
-    """Count a failed attempt from this address (shared by all workers through Redis)."""
+    """Count a failed attempt from this address (shared by all workers through Redis).
+
+    The attempt that uses up the address's allowance is logged (once per window).
+    """
     window = _failure_window()
     if window is None:
         return
-    _, window_s, key = window
+    amount, window_s, key = window
     with get_store().connection.pipeline(transaction=True) as pipe:
         pipe.incr(key)
         pipe.expire(key, window_s)
-        pipe.execute()
+        failures = pipe.execute()[0]
+    if failures == amount:
+        flask.current_app.logger.warning(
+            "%d failed authentication attempts from %s within %d s: further token attempts "
+            "from this address get 429 until the window ends",
+            failures,
+            flask.request.remote_addr,
+            window_s,
+        )
 
 
 def check_role(role: str) -> None:

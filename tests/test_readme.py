@@ -102,8 +102,8 @@ def test_the_tour_server_starts_with_the_tokens_it_exports(tmp_path):
             try:
                 if requests.get(f"http://127.0.0.1:{port}/api/v1/health", timeout=1).ok:
                     break
-            except requests.ConnectionError:
-                pass
+            except (requests.ConnectionError, requests.Timeout):
+                pass  # not listening yet, or its workers are still booting
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
     finally:

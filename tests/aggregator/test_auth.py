@@ -145,3 +145,13 @@ def test_forwarded_headers_count_only_from_a_trusted_proxy(config, krr_campaign)
 def test_bad_trusted_proxy_settings_are_refused(config, proxies):
     with pytest.raises(ValueError, match="TRUSTED_PROXIES"):
         create_app({**config, "TRUSTED_PROXIES": proxies})
+
+
+def test_reaching_the_failed_attempt_limit_is_logged_once(limited, krr_campaign, caplog):
+    client = limited.test_client()
+    with caplog.at_level("WARNING"):
+        for _ in range(8):
+            client.get(COUNTS, headers=GUESS)
+    lines = [r.getMessage() for r in caplog.records if "failed authentication" in r.getMessage()]
+    assert len(lines) == 1 and "5 failed authentication attempts from 127.0.0.1" in lines[0]
+    assert GUESS["Authorization"].split()[1] not in caplog.text
