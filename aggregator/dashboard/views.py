@@ -200,7 +200,7 @@ def download_estimate(campaign_id: str, fmt: str) -> flask.Response:
         response = flask.Response(data.estimate_csv(campaign, body), mimetype="text/csv")
     else:
         response = flask.jsonify(body)
-    filename = f"{campaign_id}-estimate-{method}.{fmt}"
+    filename = f"{campaign.spec.id}-estimate-{method}.{fmt}"
     response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 

@@ -98,6 +98,12 @@ def test_exports_need_the_analyst_role_and_a_known_format(client, analyst, krr_c
     assert unknown.get_json()["error"]["field"] == "fmt"
 
 
+def test_an_id_ending_in_a_newline_is_refused(client, admin):
+    response = client.post(BASE, json={**KRR_SPEC, "id": "fruit\n"}, headers=admin)
+    assert response.status_code == 422
+    assert response.get_json()["error"]["field"] == "id"
+
+
 # -- the estimate cache ------------------------------------------------------------------------
 
 
