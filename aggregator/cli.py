@@ -7,7 +7,6 @@ they need no token: whoever can reach the store is already trusted with it.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import sys
@@ -325,7 +324,7 @@ def _export_reports(store: CampaignStore, campaign: Any, output_format: str, out
     count = 0
     writer = None
     if output_format == "csv":
-        writer = csv.writer(output, lineterminator="\n")
+        writer = export.CSVWriter(output)
         writer.writerow(export.reports_csv_header(campaign))
     for report in store.iter_reports(campaign.spec.id):
         if writer is not None:
