@@ -28,6 +28,7 @@ from aggregator.retention import DAY_S, trim_all
 from aggregator.store import CLOSED, OPEN, CampaignStore
 from shared.errors import LDPError
 from shared.spec import CampaignSpec
+from shared.terminal import json_text, printable
 
 
 class StoreOpener:
@@ -56,8 +57,8 @@ class StoreOpener:
 
 def _fail(error: Exception) -> click.ClickException:
     if isinstance(error, redis.RedisError):
-        return click.ClickException(f"the report store is unavailable: {error}")
-    return click.ClickException(str(getattr(error, "message", error)))
+        return click.ClickException(f"the report store is unavailable: {printable(error)}")
+    return click.ClickException(printable(getattr(error, "message", error)))
 
 
 class _Group(click.Group):
@@ -97,7 +98,7 @@ def main(ctx: click.Context, redis_url: str | None, data_dir: str, fsync: str) -
 
 
 def _echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    click.echo(json_text(data, indent=2))
 
 
 @main.command()
@@ -158,7 +159,8 @@ def campaign_list(opener: StoreOpener, as_json: bool) -> None:
     for campaign in campaigns:
         spec = campaign.spec
         click.echo(
-            f"{spec.id}\t{spec.mechanism}\t{campaign.status}\t{campaign.n_reports}\t{spec.title}"
+            f"{printable(spec.id)}\t{spec.mechanism}\t{campaign.status}\t{campaign.n_reports}\t"
+            f"{printable(spec.title)}"
         )
 
 
@@ -238,7 +240,7 @@ def estimate_command(
     click.echo(f"{'label':<24} {'frequency':>10} {level + ' low':>10} {level + ' high':>10}")
     for row in result["estimates"]:
         click.echo(
-            f"{row['label']:<24} {row['frequency']:>10.4f} {row['ci_low']:>10.4f} "
+            f"{printable(row['label']):<24} {row['frequency']:>10.4f} {row['ci_low']:>10.4f} "
             f"{row['ci_high']:>10.4f}"
         )
 
@@ -309,13 +311,13 @@ def export_command(
             output.write(export.counts_csv(campaign, counts))
         else:
             body = export.counts_body(campaign, counts, store.hourly_counts(campaign_id))
-            output.write(json.dumps(body, indent=2, ensure_ascii=False) + "\n")
+            output.write(json_text(body, indent=2) + "\n")
     else:
         body, _ = estimates.cached_estimate(store, campaign, method, confidence)
         if output_format == "csv":
             output.write(export.estimate_csv(campaign, body))
         else:
-            output.write(json.dumps(body, indent=2, ensure_ascii=False) + "\n")
+            output.write(json_text(body, indent=2) + "\n")
     if output is not sys.stdout:
         click.echo(f"{data} written to {output.name}", err=True)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Iterable
 from typing import Any, TextIO
 
@@ -23,6 +22,7 @@ from aggregator.estimates import output_labels
 from aggregator.store import Campaign
 from shared.errors import ValidationError
 from shared.mechanisms import PlanarLaplace
+from shared.terminal import json_text
 
 FORMATS = ("json", "csv")
 CSV_MEDIA_TYPE = "text/csv; charset=utf-8"
@@ -156,4 +156,4 @@ def reports_csv_row(report: dict[str, Any]) -> list[Any]:
 
 
 def reports_json_line(report: dict[str, Any]) -> str:
-    return json.dumps(report, separators=(",", ":"), ensure_ascii=False) + "\n"
+    return json_text(report, separators=(",", ":")) + "\n"

@@ -12,6 +12,8 @@ from aggregator.redis_server import EmbeddedRedis
 from aggregator.store import StoredReport
 from shared.spec import CampaignSpec
 
+HOSTILE_TITLE = "Fruit\x1b]0;owned\x07\x1b[2J\x9b1m\u202e"
+
 
 def run(runner, redis_url, *args, **kwargs):
     return runner.invoke(main, ["--redis-url", redis_url, *args], **kwargs)
@@ -147,3 +149,22 @@ def test_enrollment_issue_refuses_open_campaigns(runner, redis_url, tmp_path):
     refused = run(runner, redis_url, "enrollment", "issue", "fruit")
     assert refused.exit_code == 1
     assert "does not require enrollment" in refused.stderr
+
+
+def test_titles_and_labels_print_with_their_control_characters_escaped(
+    runner, redis_url, store, tmp_path
+):
+    labels = ["apple\x1b[31m", "banana", "cherry", "damson"]
+    spec_path = write_spec(tmp_path, {**KRR_SPEC, "title": HOSTILE_TITLE, "domain": labels})
+    created = run(runner, redis_url, "campaign", "create", spec_path)
+    listed = run(runner, redis_url, "campaign", "list")
+    shown = run(runner, redis_url, "campaign", "show", "fruit")
+    store.ingest("fruit", [StoredReport(new_id(), 0, labels[0]) for _ in range(5)])
+    table = run(runner, redis_url, "estimate", "fruit")
+    for result in (created, listed, shown, table):
+        assert result.exit_code == 0, result.output
+        assert not {"\x1b", "\x07", "\x9b", "\u202e"} & set(result.output)
+    assert listed.output.split("\t")[-1] == "Fruit\\x1b]0;owned\\x07\\x1b[2J\\x9b1m\\u202e\n"
+    # The JSON still parses to the title as it is.
+    assert json.loads(created.output)["title"] == json.loads(shown.output)["title"] == HOSTILE_TITLE
+    assert "apple\\x1b[31m" in table.output
