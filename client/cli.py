@@ -120,7 +120,8 @@ class _Context:
             ) from exc
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ldp-collect", prog_name="ldp-client")
 @click.option(
     "--server", envvar="LDP_SERVER_URL", metavar="URL", help="Aggregator base URL [LDP_SERVER_URL]."
 )

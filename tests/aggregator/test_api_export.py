@@ -240,7 +240,7 @@ def test_cli_exports_reports_as_csv(runner, redis_url, fruit_counts):
 def test_cli_export_of_an_unknown_campaign_fails(runner, redis_url):
     result = runner.invoke(main, ["--redis-url", redis_url, "export", "nope", "--data", "counts"])
     assert result.exit_code == 1
-    assert result.stderr == "Error: no campaign 'nope'\n"
+    assert result.stderr.endswith("\nError: no campaign 'nope'\n")
 
 
 def test_the_cli_shares_the_estimate_cache(runner, redis_url, client, analyst, fruit_counts):

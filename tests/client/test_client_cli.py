@@ -47,6 +47,16 @@ def test_usage_errors_exit_2(run, args, message):
     assert message in result.output
 
 
+def test_version_and_short_help_on_every_command(run):
+    version = run("--version")
+    assert version.exit_code == 0
+    assert version.output.startswith("ldp-client, version ")
+    for command in [[], *([name] for name in cli.commands)]:
+        result = run(*command, "-h")
+        assert result.exit_code == 0, (command, result.output)
+        assert result.stdout.startswith(f"Usage: cli {' '.join(command)}".rstrip())
+
+
 def test_report_without_a_server_is_an_error(run):
     result = run("report", "fruit", "apple")
     assert result.exit_code == 1
