@@ -93,7 +93,7 @@ def _existing_reports(url: str, campaign_id: str, analyst_token: str) -> int:
     return int(response.json()["n"]) if response.ok else 0
 
 
-@click.command()
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
 @click.option(

@@ -79,6 +79,14 @@ def test_a_server_that_never_answers_is_a_clear_error(slow_server):
         demo._wait_until_up(_Running(), slow_server, seconds=1.5)
 
 
+def test_demo_options_with_short_help():
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(load_demo().main, ["-h"])
+    assert result.exit_code == 0
+    assert "--exit-after-setup" in result.stdout
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
