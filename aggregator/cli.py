@@ -153,8 +153,9 @@ def _echo_json(data: Any) -> None:
 
 def _use_data_dir(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     """``serve --data-dir DIR``: the same setting as the group's ``--data-dir``, given later."""
-    if value is not None:
-        ctx.find_object(StoreOpener).data_dir = value
+    opener = ctx.find_object(StoreOpener)
+    if value is not None and opener is not None:
+        opener.data_dir = value
 
 
 @main.command()
