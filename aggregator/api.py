@@ -73,7 +73,7 @@ def json_body() -> Any:
 
 def load_campaign(campaign_id: str) -> Campaign:
     """The campaign named in the URL (404 for an unknown or malformed id)."""
-    if not ID_PATTERN.match(campaign_id):
+    if not ID_PATTERN.fullmatch(campaign_id):
         raise APIError(404, "campaign_not_found", f"no campaign {campaign_id!r}")
     return get_store().get_campaign(campaign_id)
 
@@ -170,7 +170,7 @@ def submit_reports(campaign_id: str) -> flask.Response:
     the copy is read again and the reports checked again, once. Above the
     store's high-water mark nothing is written (507 with ``Retry-After``).
     """
-    if not ID_PATTERN.match(campaign_id):
+    if not ID_PATTERN.fullmatch(campaign_id):
         raise APIError(404, "campaign_not_found", f"no campaign {campaign_id!r}")
     store = get_store()
     campaign = store.campaign_for_reports(campaign_id)
