@@ -25,7 +25,7 @@ def submit(client, campaign_id, values):
 
 def test_estimate_needs_the_analyst_role(client, admin, analyst, krr_campaign):
     assert client.get(URL).status_code == 401
-    assert client.get(URL, headers={"Authorization": "Bearer nope"}).status_code == 403
+    assert client.get(URL, headers={"Authorization": "Bearer nope"}).status_code == 401
     assert client.get(URL, headers=analyst).status_code == 200
     assert client.get(URL, headers=admin).status_code == 200
 
