@@ -18,6 +18,7 @@ from functools import cached_property
 from typing import Any
 
 from shared.errors import SpecError
+from shared.exactness import check_planar_epsilon, krr_weights
 from shared.geo import Grid, Region
 
 RR = "rr"
@@ -154,6 +155,10 @@ class CampaignSpec:
             raise SpecError("domain is required for krr", field="domain")
         if mechanism == RR and len(domain) != 2:
             raise SpecError("rr takes exactly two labels", field="domain")
+        try:
+            krr_weights(epsilon, len(domain))
+        except ValueError as exc:
+            raise SpecError(str(exc), field="epsilon") from None
         return cls(mechanism=mechanism, epsilon=epsilon, domain=domain, **common)
 
     @staticmethod
@@ -214,6 +219,11 @@ class CampaignSpec:
             raise SpecError(
                 "give epsilon (per metre) or privacy_level with privacy_radius_m", field="epsilon"
             )
+        try:
+            check_planar_epsilon(epsilon, grid)
+        except ValueError as exc:
+            field = "epsilon" if "epsilon" in data else "privacy_level"
+            raise SpecError(str(exc), field=field) from None
         return cls(
             mechanism=PLANAR_LAPLACE,
             epsilon=epsilon,

@@ -222,6 +222,41 @@ def test_bad_planar_epsilon(epsilon):
     rejected(data, "epsilon")
 
 
+def test_categorical_epsilon_below_what_the_integer_weights_resolve_is_refused():
+    # 2**-63 is the smallest epsilon whose keep weight exceeds the unit 2**64.
+    assert CampaignSpec.from_dict(with_changes(KRR_SPEC, epsilon=2.0**-63)).epsilon == 2.0**-63
+    for epsilon in (math.nextafter(2.0**-63, 0), 1e-30, 1e-308, 5e-324):
+        error = rejected(with_changes(KRR_SPEC, epsilon=epsilon), "epsilon")
+        assert "2**-63" in error.message
+        rejected({"id": "r", "title": "r", "mechanism": "rr", "epsilon": epsilon}, "epsilon")
+
+
+def planar_with_epsilon(epsilon: float, **changes) -> dict:
+    data = with_changes(PLANAR_SPEC, privacy_level=..., privacy_radius_m=..., epsilon=epsilon)
+    return with_changes(data, **changes)
+
+
+def test_planar_epsilon_below_the_samplers_resolution_is_refused():
+    # 128 m cells: the limit epsilon * cell_size_m >= 2**-47 is epsilon >= 2**-54 exactly.
+    assert CampaignSpec.from_dict(planar_with_epsilon(2.0**-54, cell_size_m=128)).epsilon > 0
+    for epsilon in (math.nextafter(2.0**-54, 0), 1e-20, 1e-300, 1e-308, 5e-324):
+        error = rejected(planar_with_epsilon(epsilon, cell_size_m=128), "epsilon")
+        assert "2**-47" in error.message
+    # Stated as a level within a radius, the fault is the level's.
+    tiny_level = with_changes(PLANAR_SPEC, privacy_level=1e-300, privacy_radius_m=1000)
+    rejected(tiny_level, "privacy_level")
+
+
+def test_planar_epsilon_beyond_the_samplers_reach_is_refused():
+    # A 6 x 5 grid of 200 m cells: epsilon times the grid's diagonal (200 hypot(6, 5) m) is at
+    # most 2 * 1022 ln 2.
+    limit = 2 * 1022 * math.log(2) / (200 * math.hypot(6, 5))
+    assert CampaignSpec.from_dict(planar_with_epsilon(limit * (1 - 1e-12))).grid.n_cells == 30
+    error = rejected(planar_with_epsilon(limit * (1 + 1e-12)), "epsilon")
+    assert "too large for this grid" in error.message
+    rejected(planar_with_epsilon(1e300), "epsilon")
+
+
 def test_epsilon_is_required():
     rejected(with_changes(KRR_SPEC, epsilon=...), "epsilon")
     rejected(with_changes(PLANAR_SPEC, privacy_level=..., privacy_radius_m=...), "epsilon")
