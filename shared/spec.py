@@ -34,6 +34,9 @@ MAX_TITLE_LENGTH = 200
 # Categorical epsilon above this gives no meaningful protection.
 MAX_EPSILON = 50.0
 MIN_CELL_SIZE_M = 1.0
+# A region's projected distances may overstate great-circle ones by at most this factor (the
+# client charges the factor; see Region.projection_distortion).
+MAX_PROJECTION_DISTORTION = 1.1
 MAX_CELLS = 512 * 512
 ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
@@ -263,7 +266,17 @@ class CampaignSpec:
             raise SpecError(
                 "regions beyond ±85° latitude are not supported", field="region.lat_max"
             )
-        return Region(**values)
+        region = Region(**values)
+        distortion = region.projection_distortion()
+        if distortion > MAX_PROJECTION_DISTORTION:
+            raise SpecError(
+                f"the region is too large for one planar projection: its distances would "
+                f"overstate ground distances by up to a factor {distortion:.5g}, and at most "
+                f"{MAX_PROJECTION_DISTORTION} is allowed; use a smaller region (the allowed "
+                "extent shrinks towards the poles)",
+                field="region",
+            )
+        return region
 
     @classmethod
     def from_wire(cls, data: Any) -> tuple[CampaignSpec, dict]:
