@@ -145,6 +145,17 @@ def log_ratio_audit(
     )
 
 
+def ground_distance_m(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
+    """Great-circle distance on the sphere of the mean Earth radius (haversine)."""
+    from shared.geo import EARTH_RADIUS_M
+
+    phi1, phi2 = math.radians(lat1), math.radians(lat2)
+    half_dphi = (phi2 - phi1) / 2
+    half_dlambda = math.radians(lon2 - lon1) / 2
+    h = math.sin(half_dphi) ** 2 + math.cos(phi1) * math.cos(phi2) * math.sin(half_dlambda) ** 2
+    return 2 * EARTH_RADIUS_M * math.asin(min(1.0, math.sqrt(h)))
+
+
 def small_grid(rows: int, cols: int, cell_size_m: float, lat0: float = 45.0, lon0: float = 7.0):
     """A report grid of exactly ``rows x cols`` cells (the region is half a cell short of it)."""
     from shared.geo import EARTH_RADIUS_M, Grid, Region

@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 import pytest
+from shared_stats import ground_distance_m
 
 from aggregator.estimation.planar_kernel import kernel
 from client.policy import Policy, worst_centre_distance_m
@@ -25,15 +26,6 @@ from shared.spec import MAX_PROJECTION_DISTORTION, CampaignSpec
 # Slack of the quadrature channel's losses.
 EXACT_SLACK = 1e-9
 N_PAIRS = 3000
-
-
-def ground_distance_m(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
-    """Great-circle distance on the sphere of the mean Earth radius (haversine)."""
-    phi1, phi2 = math.radians(lat1), math.radians(lat2)
-    half_dphi = (phi2 - phi1) / 2
-    half_dlambda = math.radians(lon2 - lon1) / 2
-    h = math.sin(half_dphi) ** 2 + math.cos(phi1) * math.cos(phi2) * math.sin(half_dlambda) ** 2
-    return 2 * EARTH_RADIUS_M * math.asin(min(1.0, math.sqrt(h)))
 
 
 def destination(lat: float, lon: float, bearing: float, distance_m: float) -> tuple[float, float]:
