@@ -60,8 +60,9 @@ class Policy:
         The most this user ever spends, summed over every campaign (including
         forgotten ones: what the server received stays received).
     location_radius_m : float
-        For location campaigns: locations closer than this are what the user
-        wants kept indistinguishable; the cost of a report is measured there.
+        For location campaigns: locations closer than this on the ground
+        (great-circle distance) are what the user wants kept indistinguishable;
+        the cost of a report is measured there.
     """
 
     max_epsilon: float = DEFAULT_MAX_EPSILON

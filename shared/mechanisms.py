@@ -230,12 +230,22 @@ class PlanarLaplace(Mechanism):
        paper, Section 4).
 
     Steps 2-3 are exact planar Laplace followed by post-processing, so between
-    cell centres the report satisfies ``epsilon * d``-geo-indistinguishability;
-    snapping removes the floating-point artefacts of the raw sample from what
-    is sent. For raw locations ``u, v`` the guarantee is ``epsilon *
-    d(centre(u), centre(v)) <= epsilon * (d(u, v) + cell * sqrt(2))``, and two
-    locations in one cell cannot be told apart at all.
+    cell centres the report satisfies ``epsilon * d``-geo-indistinguishability
+    with ``d`` the grid's projected distance; snapping removes the
+    floating-point artefacts of the raw sample from what is sent. For raw
+    locations ``u, v`` at great-circle distance ``g`` the guarantee is
+    ``epsilon * d(centre(u), centre(v)) <= epsilon * (D * g + cell * sqrt(2))``
+    with ``D`` the region's :meth:`~shared.geo.Region.projection_distortion`,
+    and two locations in one cell cannot be told apart at all.
     docs/privacy.md states what each campaign setting gives a user.
+
+    Parameters
+    ----------
+    epsilon : float
+        Per metre, finite and > 0, within the limits of the sampler's arithmetic on
+        this grid (:func:`shared.exactness.check_planar_epsilon`).
+    grid : shared.geo.Grid
+        The report grid.
     """
 
     name = PLANAR_LAPLACE
