@@ -18,6 +18,7 @@ from functools import cached_property
 from typing import Any
 
 from shared.errors import SpecError
+from shared.exactness import check_planar_epsilon, krr_weights
 from shared.geo import Grid, Region
 
 RR = "rr"
@@ -33,6 +34,9 @@ MAX_TITLE_LENGTH = 200
 # Categorical epsilon above this gives no meaningful protection.
 MAX_EPSILON = 50.0
 MIN_CELL_SIZE_M = 1.0
+# A region's projected distances may overstate great-circle ones by at most this factor (the
+# client charges the factor; see Region.projection_distortion).
+MAX_PROJECTION_DISTORTION = 1.1
 MAX_CELLS = 512 * 512
 # Checked with fullmatch: "$" would also accept a trailing newline.
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
@@ -155,6 +159,10 @@ class CampaignSpec:
             raise SpecError("domain is required for krr", field="domain")
         if mechanism == RR and len(domain) != 2:
             raise SpecError("rr takes exactly two labels", field="domain")
+        try:
+            krr_weights(epsilon, len(domain))
+        except ValueError as exc:
+            raise SpecError(str(exc), field="epsilon") from None
         return cls(mechanism=mechanism, epsilon=epsilon, domain=domain, **common)
 
     @staticmethod
@@ -215,6 +223,11 @@ class CampaignSpec:
             raise SpecError(
                 "give epsilon (per metre) or privacy_level with privacy_radius_m", field="epsilon"
             )
+        try:
+            check_planar_epsilon(epsilon, grid)
+        except ValueError as exc:
+            field = "epsilon" if "epsilon" in data else "privacy_level"
+            raise SpecError(str(exc), field=field) from None
         return cls(
             mechanism=PLANAR_LAPLACE,
             epsilon=epsilon,
@@ -254,7 +267,17 @@ class CampaignSpec:
             raise SpecError(
                 "regions beyond ±85° latitude are not supported", field="region.lat_max"
             )
-        return Region(**values)
+        region = Region(**values)
+        distortion = region.projection_distortion()
+        if distortion > MAX_PROJECTION_DISTORTION:
+            raise SpecError(
+                f"the region is too large for one planar projection: its distances would "
+                f"overstate ground distances by up to a factor {distortion:.5g}, and at most "
+                f"{MAX_PROJECTION_DISTORTION} is allowed; use a smaller region (the allowed "
+                "extent shrinks towards the poles)",
+                field="region",
+            )
+        return region
 
     @classmethod
     def from_wire(cls, data: Any) -> tuple[CampaignSpec, dict]:

@@ -127,8 +127,8 @@ def test_planar_estimate_comes_with_its_grid(client, analyst, planar_campaign):
 
 
 def test_a_method_the_channel_cannot_support_is_422(client, admin, analyst):
-    # epsilon so small that k-RR's integer weights are equal: the channel is singular.
-    spec = {**KRR_SPEC, "id": "flat", "epsilon": 1e-30}
+    # epsilon so small that k-RR's float probabilities are equal: the channel is singular.
+    spec = {**KRR_SPEC, "id": "flat", "epsilon": 1e-18}
     assert client.post("/api/v1/campaigns", json=spec, headers=admin).status_code == 201
     submit(client, "flat", ["apple", "banana"])
     response = client.get("/api/v1/campaigns/flat/estimate?method=inversion", headers=analyst)
