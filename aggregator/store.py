@@ -305,7 +305,7 @@ class CampaignStore:
         if spec_hash in self._parsed:
             self._parsed.move_to_end(spec_hash)
             return self._parsed[spec_hash]
-        spec = CampaignSpec.from_dict(json.loads(self.connection.hget(key, "spec")))
+        spec = CampaignSpec.from_dict(json.loads(self.connection.hget(key, "spec")), stored=True)
         self._parsed[spec_hash] = spec, Mechanism.from_spec(spec)
         if len(self._parsed) > SPEC_CACHE_SIZE:
             self._parsed.popitem(last=False)

@@ -108,8 +108,14 @@ class CampaignSpec:
     enrollment_required: bool = False
 
     @classmethod
-    def from_dict(cls, data: Any) -> CampaignSpec:
-        """Parse and validate a spec; raise :class:`SpecError` naming the field."""
+    def from_dict(cls, data: Any, *, stored: bool = False) -> CampaignSpec:
+        """Parse and validate a spec; raise :class:`SpecError` naming the field.
+
+        ``stored=True`` reads a spec the server accepted earlier: the limits that
+        only bind new campaigns (a region's projection distortion, whose cost the
+        client charges anyway) are not applied, so a campaign created before such
+        a limit existed stays readable with all its reports.
+        """
         if not isinstance(data, dict):
             raise SpecError("a campaign spec must be a JSON object", field=None)
         unknown = sorted(set(data) - _SPEC_FIELDS)
@@ -138,7 +144,7 @@ class CampaignSpec:
             )
         common = {"id": campaign_id, "title": title, "enrollment_required": enrollment}
         if mechanism == PLANAR_LAPLACE:
-            return cls._planar_from_dict(data, common)
+            return cls._planar_from_dict(data, common, stored=stored)
         return cls._categorical_from_dict(data, mechanism, common)
 
     @classmethod
@@ -186,10 +192,10 @@ class CampaignSpec:
         return labels
 
     @classmethod
-    def _planar_from_dict(cls, data: dict, common: dict) -> CampaignSpec:
+    def _planar_from_dict(cls, data: dict, common: dict, *, stored: bool) -> CampaignSpec:
         if "domain" in data:
             raise SpecError("planar_laplace takes a region, not a domain", field="domain")
-        region = cls._parse_region(data.get("region"))
+        region = cls._parse_region(data.get("region"), bound_distortion=not stored)
         if "cell_size_m" not in data:
             raise SpecError("cell_size_m is required for planar_laplace", field="cell_size_m")
         cell = _positive(data["cell_size_m"], "cell_size_m")
@@ -239,7 +245,7 @@ class CampaignSpec:
         )
 
     @staticmethod
-    def _parse_region(raw: Any) -> Region:
+    def _parse_region(raw: Any, *, bound_distortion: bool = True) -> Region:
         if raw is None:
             raise SpecError("region is required for planar_laplace", field="region")
         if not isinstance(raw, dict):
@@ -269,7 +275,7 @@ class CampaignSpec:
             )
         region = Region(**values)
         distortion = region.projection_distortion()
-        if distortion > MAX_PROJECTION_DISTORTION:
+        if bound_distortion and distortion > MAX_PROJECTION_DISTORTION:
             raise SpecError(
                 f"the region is too large for one planar projection: its distances would "
                 f"overstate ground distances by up to a factor {distortion:.5g}, and at most "
