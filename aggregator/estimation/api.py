@@ -10,12 +10,20 @@ from typing import Any
 import numpy as np
 
 from aggregator.estimation.channels import Channel, channel_for
-from aggregator.estimation.estimators import IBU, MatrixInversion
+from aggregator.estimation.estimators import IBU, MatrixInversion, default_estimator
 from aggregator.estimation.intervals import analytic_interval, bootstrap_interval
 from shared.mechanisms import Mechanism
 
 METHODS = ("ibu", "inversion", "clip", "projection")
 DEFAULT_BOOTSTRAP = 100
+INVERSION_DESCRIPTIONS = {
+    "inversion": "matrix inversion (unbiased; entries may be negative)",
+    "clip": "matrix inversion, negatives clipped to 0 and renormalised",
+    "projection": "matrix inversion, projected onto the probability simplex",
+}
+INVERSION_NOT_CONVERGED = (
+    "the iterative solver stopped before its tolerance: the inversion is approximate"
+)
 
 
 @dataclass(frozen=True)
@@ -33,6 +41,8 @@ class EstimateResult:
     n_iter: int | None = None
     converged: bool | None = None
     log_likelihood: float | None = None
+    estimator: str = ""
+    warnings: tuple[str, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self, labels: Sequence[str]) -> dict[str, Any]:
@@ -51,6 +61,8 @@ class EstimateResult:
             "converged": self.converged,
             "log_likelihood": self.log_likelihood,
             "interval_method": self.interval_method,
+            "estimator": self.estimator,
+            "warnings": list(self.warnings),
             "seconds": self.seconds,
             **self.details,
         }
@@ -68,8 +80,12 @@ def estimate(
 ) -> EstimateResult:
     """Estimate the true distribution from per-output report counts.
 
-    ``method`` is one of :data:`METHODS`. ``channel`` may be passed to reuse
-    an operator across calls (the planar kernel is the costly part to build).
+    ``method`` is one of :data:`METHODS`; ``"ibu"``, the default, is the
+    estimator :func:`estimators.default_estimator` picks for the channel (IBU
+    with a cross-validated number of iterations). ``channel`` may be passed to
+    reuse an operator across calls (the planar kernel is the costly part to
+    build). The work is charged to the current thread's budget
+    (:mod:`aggregator.estimation.budget`).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
@@ -80,7 +96,9 @@ def estimate(
     counts = np.asarray(counts, dtype=float)
     n_bootstrap = DEFAULT_BOOTSTRAP if n_bootstrap is None else int(n_bootstrap)
     if method == "ibu":
-        fitted = IBU(seed=seed).fit(counts, channel)
+        fitted = default_estimator(channel, seed=seed).fit(counts, channel)
+        estimator = fitted.describe()
+        warnings = tuple(fitted.warnings_)
         n_iter = fitted.n_iter_
         replay = IBU(stopping="tolerance", seed=seed)
         low, high = bootstrap_interval(
@@ -98,6 +116,8 @@ def estimate(
     else:
         postprocess = {"inversion": "none", "clip": "clip", "projection": "projection"}[method]
         fitted = MatrixInversion(postprocess=postprocess).fit(counts, channel)
+        estimator = INVERSION_DESCRIPTIONS[method]
+        warnings = () if fitted.converged_ else (INVERSION_NOT_CONVERGED,)
         if method == "inversion":
             low, high = analytic_interval(counts, channel, fitted.unbiased_, confidence, seed)
             interval = "analytic (multinomial covariance through the inverse)"
@@ -127,5 +147,7 @@ def estimate(
         n_iter=fitted.n_iter_,
         converged=fitted.converged_,
         log_likelihood=log_lik,
+        estimator=estimator,
+        warnings=warnings,
         details=details,
     )
