@@ -33,6 +33,7 @@ trials and only prints::
 
     python scripts/bench_coverage.py           # full run
     python scripts/bench_coverage.py --quick   # smoke run (seconds)
+    python scripts/bench_coverage.py --only planar   # some configurations (print only)
 """
 
 from __future__ import annotations
@@ -272,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a few configurations; print only")
     parser.add_argument("--data", type=Path, default=DATA, help="SF check-ins CSV (optional)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--only", default="", help="run the configurations whose name contains this; print only"
+    )
     args = parser.parse_args(argv)
 
     configs = [
@@ -284,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.data} not found: the SF check-in rows are skipped", file=sys.stderr)
     if args.quick:
         configs = [(config, 3) for config, _ in configs]
+    configs = [(config, trials) for config, trials in configs if args.only in config.family]
     results = []
     started = time.perf_counter()
     for index, (config, trials) in enumerate(configs):
@@ -300,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{time.perf_counter() - started:.0f} s\n")
     summary, full = summary_table(results), full_table(results)
     print(summary, "\n", full, sep="\n")
-    if args.quick:
+    if args.quick or args.only:
         return 0
     trials_text = (
         f"{KRR_TRIALS} trials per k-RR configuration, {PLANAR_TRIALS} per planar one; "
