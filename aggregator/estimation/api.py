@@ -10,11 +10,19 @@ from typing import Any
 import numpy as np
 
 from aggregator.estimation.channels import Channel, channel_for
-from aggregator.estimation.estimators import IBU, MatrixInversion
+from aggregator.estimation.estimators import IBU, MatrixInversion, default_estimator
 from aggregator.estimation.intervals import BOOTSTRAP_REPLICATES, confidence_interval
 from shared.mechanisms import Mechanism
 
 METHODS = ("ibu", "inversion", "clip", "projection")
+INVERSION_DESCRIPTIONS = {
+    "inversion": "matrix inversion (unbiased; entries may be negative)",
+    "clip": "matrix inversion, negatives clipped to 0 and renormalised",
+    "projection": "matrix inversion, projected onto the probability simplex",
+}
+INVERSION_NOT_CONVERGED = (
+    "the iterative solver stopped before its tolerance: the inversion is approximate"
+)
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,8 @@ class EstimateResult:
     n_iter: int | None = None
     converged: bool | None = None
     log_likelihood: float | None = None
+    estimator: str = ""
+    warnings: tuple[str, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self, labels: Sequence[str]) -> dict[str, Any]:
@@ -50,6 +60,8 @@ class EstimateResult:
             "converged": self.converged,
             "log_likelihood": self.log_likelihood,
             "interval_method": self.interval_method,
+            "estimator": self.estimator,
+            "warnings": list(self.warnings),
             "seconds": self.seconds,
             **self.details,
         }
@@ -67,8 +79,12 @@ def estimate(
 ) -> EstimateResult:
     """Estimate the true distribution from per-output report counts.
 
-    ``method`` is one of :data:`METHODS`. ``channel`` may be passed to reuse
-    an operator across calls (the planar kernel is the costly part to build).
+    ``method`` is one of :data:`METHODS`; ``"ibu"``, the default, is the
+    estimator :func:`estimators.default_estimator` picks for the channel (IBU
+    with a cross-validated number of iterations). ``channel`` may be passed to
+    reuse an operator across calls (the planar kernel is the costly part to
+    build). The work is charged to the current thread's budget
+    (:mod:`aggregator.estimation.budget`).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
@@ -78,7 +94,9 @@ def estimate(
     channel = channel if channel is not None else channel_for(mechanism)
     counts = np.asarray(counts, dtype=float)
     if method == "ibu":
-        fitted = IBU(seed=seed).fit(counts, channel)
+        fitted = default_estimator(channel, seed=seed).fit(counts, channel)
+        estimator = fitted.describe()
+        warnings = tuple(fitted.warnings_)
         n_iter = fitted.n_iter_
         replay = IBU(stopping="tolerance", seed=seed)
 
@@ -89,6 +107,8 @@ def estimate(
     else:
         postprocess = {"inversion": "none", "clip": "clip", "projection": "projection"}[method]
         fitted = MatrixInversion(postprocess=postprocess).fit(counts, channel)
+        estimator = INVERSION_DESCRIPTIONS[method]
+        warnings = () if fitted.converged_ else (INVERSION_NOT_CONVERGED,)
         replica = MatrixInversion(postprocess=postprocess)
 
         def refit(redrawn: np.ndarray) -> np.ndarray:
@@ -105,7 +125,6 @@ def estimate(
         unbiased=getattr(fitted, "unbiased_", None),
         replicates=BOOTSTRAP_REPLICATES if n_bootstrap is None else int(n_bootstrap),
     )
-    details["warnings"] = list(interval.warnings)
     log_lik = getattr(fitted, "log_likelihood_", None)
     return EstimateResult(
         method=method,
@@ -119,5 +138,7 @@ def estimate(
         n_iter=fitted.n_iter_,
         converged=fitted.converged_,
         log_likelihood=log_lik,
+        estimator=estimator,
+        warnings=warnings + interval.warnings,
         details=details,
     )
