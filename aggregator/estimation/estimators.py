@@ -26,7 +26,7 @@ STOPPING = ("cv", "tolerance")
 DEFAULT_FOLDS = 10
 # The cross-validation follows its curves until the best score is this old (iterations).
 PATIENCE_MIN = 20
-PATIENCE_FRACTION = 0.5
+PATIENCE_FRACTION = 0.25
 # k-RR's default takes the smallest iteration count within this many standard errors.
 KRR_SE_RULE = 0.5
 # IBU steps run between two budget checks.
@@ -221,7 +221,7 @@ class IBU:
     checkpoints (every iteration up to 20, then about every 5%), scores the
     held-out fold's log-likelihood under its predicted report distribution.
     The curves are followed until the best summed score is ``patience``
-    iterations old (at least 20, at least half the best count) or every fold
+    iterations old (at least 20, at least a quarter of the best count) or every fold
     has converged. The iteration count chosen is the smallest whose summed
     score is within ``se_rule`` standard errors of the best (the errors from
     the spread of the per-fold differences; ``0`` takes the best itself), and
