@@ -10,12 +10,19 @@ from typing import Any
 import numpy as np
 
 from aggregator.estimation.channels import Channel, channel_for
-from aggregator.estimation.estimators import IBU, MatrixInversion
-from aggregator.estimation.intervals import analytic_interval, bootstrap_interval
+from aggregator.estimation.estimators import IBU, MatrixInversion, default_estimator
+from aggregator.estimation.intervals import BOOTSTRAP_REPLICATES, confidence_interval
 from shared.mechanisms import Mechanism
 
 METHODS = ("ibu", "inversion", "clip", "projection")
-DEFAULT_BOOTSTRAP = 100
+INVERSION_DESCRIPTIONS = {
+    "inversion": "matrix inversion (unbiased; entries may be negative)",
+    "clip": "matrix inversion, negatives clipped to 0 and renormalised",
+    "projection": "matrix inversion, projected onto the probability simplex",
+}
+INVERSION_NOT_CONVERGED = (
+    "the iterative solver stopped before its tolerance: the inversion is approximate"
+)
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,8 @@ class EstimateResult:
     n_iter: int | None = None
     converged: bool | None = None
     log_likelihood: float | None = None
+    estimator: str = ""
+    warnings: tuple[str, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self, labels: Sequence[str]) -> dict[str, Any]:
@@ -51,6 +60,8 @@ class EstimateResult:
             "converged": self.converged,
             "log_likelihood": self.log_likelihood,
             "interval_method": self.interval_method,
+            "estimator": self.estimator,
+            "warnings": list(self.warnings),
             "seconds": self.seconds,
             **self.details,
         }
@@ -68,8 +79,12 @@ def estimate(
 ) -> EstimateResult:
     """Estimate the true distribution from per-output report counts.
 
-    ``method`` is one of :data:`METHODS`. ``channel`` may be passed to reuse
-    an operator across calls (the planar kernel is the costly part to build).
+    ``method`` is one of :data:`METHODS`; ``"ibu"``, the default, is the
+    estimator :func:`estimators.default_estimator` picks for the channel (IBU
+    with a cross-validated number of iterations). ``channel`` may be passed to
+    reuse an operator across calls (the planar kernel is the costly part to
+    build). The work is charged to the current thread's budget
+    (:mod:`aggregator.estimation.budget`).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
@@ -78,54 +93,52 @@ def estimate(
     started = time.perf_counter()
     channel = channel if channel is not None else channel_for(mechanism)
     counts = np.asarray(counts, dtype=float)
-    n_bootstrap = DEFAULT_BOOTSTRAP if n_bootstrap is None else int(n_bootstrap)
     if method == "ibu":
-        fitted = IBU(seed=seed).fit(counts, channel)
+        fitted = default_estimator(channel, seed=seed).fit(counts, channel)
+        estimator = fitted.describe()
+        warnings = tuple(fitted.warnings_)
         n_iter = fitted.n_iter_
         replay = IBU(stopping="tolerance", seed=seed)
-        low, high = bootstrap_interval(
-            counts,
-            channel,
-            fitted.frequencies_,
-            lambda c: replay.fit(c, channel, n_iter=n_iter).frequencies_,
-            confidence=confidence,
-            n_bootstrap=n_bootstrap,
-            seed=seed,
-            basic=True,
-        )
-        interval = f"parametric bootstrap (basic), {n_bootstrap} replicates"
-        details = {"stopping": "cross-validated held-out likelihood"}
+
+        def refit(redrawn: np.ndarray) -> np.ndarray:
+            return replay.fit(redrawn, channel, n_iter=n_iter).frequencies_
+
+        details: dict[str, Any] = {"stopping": "cross-validated held-out likelihood"}
     else:
         postprocess = {"inversion": "none", "clip": "clip", "projection": "projection"}[method]
         fitted = MatrixInversion(postprocess=postprocess).fit(counts, channel)
-        if method == "inversion":
-            low, high = analytic_interval(counts, channel, fitted.unbiased_, confidence, seed)
-            interval = "analytic (multinomial covariance through the inverse)"
-        else:
-            replica = MatrixInversion(postprocess=postprocess)
-            low, high = bootstrap_interval(
-                counts,
-                channel,
-                fitted.frequencies_,
-                lambda c: replica.fit(c, channel).frequencies_,
-                confidence=confidence,
-                n_bootstrap=n_bootstrap,
-                seed=seed,
-            )
-            interval = f"parametric bootstrap (percentile), {n_bootstrap} replicates"
+        estimator = INVERSION_DESCRIPTIONS[method]
+        warnings = () if fitted.converged_ else (INVERSION_NOT_CONVERGED,)
+        replica = MatrixInversion(postprocess=postprocess)
+
+        def refit(redrawn: np.ndarray) -> np.ndarray:
+            return replica.fit(redrawn, channel).frequencies_
+
         details = {}
+    interval = confidence_interval(
+        counts,
+        channel,
+        fitted.frequencies_,
+        confidence,
+        refit=refit,
+        seed=seed,
+        unbiased=getattr(fitted, "unbiased_", None),
+        replicates=BOOTSTRAP_REPLICATES if n_bootstrap is None else int(n_bootstrap),
+    )
     log_lik = getattr(fitted, "log_likelihood_", None)
     return EstimateResult(
         method=method,
         n=int(counts.sum()),
         confidence=confidence,
         frequencies=fitted.frequencies_,
-        ci_low=low,
-        ci_high=high,
-        interval_method=interval,
+        ci_low=interval.low,
+        ci_high=interval.high,
+        interval_method=interval.method,
         seconds=time.perf_counter() - started,
         n_iter=fitted.n_iter_,
         converged=fitted.converged_,
         log_likelihood=log_lik,
+        estimator=estimator,
+        warnings=warnings + interval.warnings,
         details=details,
     )

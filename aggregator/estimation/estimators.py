@@ -18,8 +18,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from aggregator.estimation import budget
+from aggregator.estimation.channels import KRRChannel
+
 POSTPROCESS = ("none", "clip", "projection")
 STOPPING = ("cv", "tolerance")
+DEFAULT_FOLDS = 10
+# The cross-validation follows its curves until the best score is this old (iterations).
+PATIENCE_MIN = 20
+PATIENCE_FRACTION = 0.25
+# k-RR's default takes the smallest iteration count within this many standard errors.
+KRR_SE_RULE = 0.5
+# IBU steps run between two budget checks.
+CHUNK_STEPS = 32
 
 
 def _as_counts(counts, channel) -> np.ndarray:
@@ -131,6 +142,68 @@ def _steps(channel, counts: np.ndarray):
     return IBUSteps(channel, counts) if steps is None else steps
 
 
+def advance_charged(steps, count: int, tol: float, units_per_step: int) -> tuple[int, float]:
+    """``steps.advance(count, tol)`` in chunks of :data:`CHUNK_STEPS`, each charged to the budget.
+
+    Returns the steps taken and the last one's largest change, as ``advance`` does.
+    """
+    taken, change = 0, np.inf
+    while taken < count:
+        chunk = min(CHUNK_STEPS, count - taken)
+        budget.charge(chunk * units_per_step)
+        done, change = steps.advance(chunk, tol)
+        taken += done
+        if done < chunk:  # converged within the chunk
+            break
+    return taken, change
+
+
+class _FoldSteps:
+    """IBU's steps on several sets of counts at once (one per cross-validation fold)."""
+
+    def __init__(self, channel, train: np.ndarray):
+        self._steps = [_steps(channel, row) for row in train]
+
+    def advance(self, count: int) -> float:
+        """``count`` steps on every fold; returns the largest change of the last step."""
+        return max(steps.advance(count, 0.0)[1] for steps in self._steps)
+
+    def predicted(self) -> np.ndarray:
+        """Each fold's predicted report distribution, one row per fold."""
+        return np.stack([steps.predicted for steps in self._steps])
+
+
+class _BatchFoldSteps:
+    """:class:`_FoldSteps` over a channel's own steps that run many sets of counts at once."""
+
+    def __init__(self, steps):
+        self._steps = steps
+
+    def advance(self, count: int) -> float:
+        return self._steps.advance(count, 0.0)[1]
+
+    def predicted(self) -> np.ndarray:
+        return self._steps.predicted
+
+
+def _fold_steps(channel, train: np.ndarray):
+    """Steps on every fold's training counts: batched where the channel can (k-RR)."""
+    batch = channel.ibu_steps(train) if isinstance(channel, KRRChannel) else None
+    return _FoldSteps(channel, train) if batch is None else _BatchFoldSteps(batch)
+
+
+def _held_out_scores(held_out: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+    """Per fold, the held-out reports' log-likelihood under that fold's predicted distribution."""
+    with np.errstate(divide="ignore"):
+        logs = np.log(np.maximum(predicted, np.finfo(float).tiny))
+    return np.sum(np.where(held_out > 0, held_out * logs, 0.0), axis=1)
+
+
+def _next_checkpoint(iteration: int) -> int:
+    """Where the cross-validation scores next: every step up to 20, then about every 5%."""
+    return iteration + max(1, iteration // 20)
+
+
 class IBU:
     """The Iterative Bayesian Update (EM for the maximum-likelihood distribution).
 
@@ -140,16 +213,24 @@ class IBU:
 
     Run to convergence, IBU fits the noise: with few reports per output its
     reconstruction gets worse as iterations grow (it is Richardson-Lucy
-    deconvolution). The default ``stopping="cv"`` therefore picks the number
-    of iterations by two-fold cross-validation: the reports are split at
-    random into two halves (binomial thinning of the counts); IBU runs on each
-    half and scores the held-out half's log-likelihood under its predicted
-    report distribution after every iteration; the iteration count that
-    maximises the summed held-out score is then run on all reports. The
-    curves are followed until the best score is ``patience`` iterations old
-    (at least 25, at least the best count itself) or IBU has converged.
-    ``stopping="tolerance"`` runs until no frequency changes by more than
-    ``tol`` (or ``max_iter``), which is the plain maximum-likelihood estimate.
+    deconvolution). Early iterations are shrunk towards the uniform start, so
+    the iteration count is the strength of a regulariser, and the default
+    ``stopping="cv"`` chooses it by ``folds``-fold cross-validation: every
+    report is put in one of ``folds`` folds at random (a multinomial split of
+    each count, seeded); IBU runs on each fold's complement and, at
+    checkpoints (every iteration up to 20, then about every 5%), scores the
+    held-out fold's log-likelihood under its predicted report distribution.
+    The curves are followed until the best summed score is ``patience``
+    iterations old (at least 20, at least a quarter of the best count) or every fold
+    has converged. The iteration count chosen is the smallest whose summed
+    score is within ``se_rule`` standard errors of the best (the errors from
+    the spread of the per-fold differences; ``0`` takes the best itself), and
+    IBU is run that long on all reports. ``stopping="tolerance"`` runs until no
+    frequency changes by more than ``tol`` (or ``max_iter``), which is the
+    plain maximum-likelihood estimate.
+
+    Every step is charged to the current work budget
+    (:mod:`aggregator.estimation.budget`): ``n_inputs`` units per step and fold.
 
     Parameters
     ----------
@@ -160,12 +241,18 @@ class IBU:
         Iteration cap.
     seed : int
         Seed of the cross-validation split (estimates are reproducible).
+    folds : int
+        Cross-validation folds (at least 2).
+    se_rule : float
+        How many standard errors below the best score a smaller (more regularised)
+        iteration count may score and still be chosen.
 
     Attributes
     ----------
     frequencies_, n_iter_, converged_, log_likelihood_,
     log_likelihood_history_ (one value per iteration, on all reports),
-    cv_scores_ (held-out score per iteration, ``stopping="cv"`` only).
+    cv_iterations_ and cv_scores_ (the checkpoints and their summed held-out
+    scores, ``stopping="cv"`` only), warnings_ (human-readable strings).
     """
 
     def __init__(
@@ -176,6 +263,8 @@ class IBU:
         max_iter: int = 10_000,
         seed: int = 0,
         record_history: bool = False,
+        folds: int = DEFAULT_FOLDS,
+        se_rule: float = 0.0,
     ):
         if stopping not in STOPPING:
             raise ValueError(f"stopping must be one of {STOPPING}, got {stopping!r}")
@@ -183,11 +272,17 @@ class IBU:
             raise ValueError(f"tol must be finite and >= 0, got {tol!r}")
         if int(max_iter) < 1:
             raise ValueError(f"max_iter must be >= 1, got {max_iter!r}")
+        if int(folds) < 2:
+            raise ValueError(f"folds must be >= 2, got {folds!r}")
+        if not (se_rule >= 0 and np.isfinite(se_rule)):
+            raise ValueError(f"se_rule must be finite and >= 0, got {se_rule!r}")
         self.stopping = stopping
         self.tol = tol
         self.max_iter = int(max_iter)
         self.seed = seed
         self.record_history = record_history
+        self.folds = int(folds)
+        self.se_rule = float(se_rule)
 
     def _run(self, counts, channel, n_iter: int | None):
         """IBU on ``counts`` for ``n_iter`` steps, or until converged if ``None``.
@@ -201,42 +296,77 @@ class IBU:
         if self.record_history:
             taken, change = 0, np.inf
             while taken < limit and not change <= self.tol:
-                change = steps.advance(1, self.tol)[1]
+                change = advance_charged(steps, 1, self.tol, channel.n_inputs)[1]
                 taken += 1
                 history.append(log_likelihood(counts, steps.predicted))
         else:
-            taken, change = steps.advance(limit, self.tol)
+            taken, change = advance_charged(steps, limit, self.tol, channel.n_inputs)
         return steps, taken, bool(change <= self.tol), history
 
-    def _cross_validate(self, counts, channel) -> tuple[int, np.ndarray]:
+    def _cross_validate(self, counts, channel) -> int:
+        """The iteration count chosen by cross-validation (see the class docstring)."""
         rng = np.random.default_rng(self.seed)
-        first = rng.binomial(counts.astype(np.int64), 0.5).astype(float)
-        halves = (first, counts - first)
-        if min(h.sum() for h in halves) == 0:
-            return 1, np.zeros(1)
-        steps = [_steps(channel, half) for half in halves]
-        scores = []
-        best = 0
-        for step in range(self.max_iter):
-            score = 0.0
-            change = 0.0
-            for train, held_out in zip(steps, halves[::-1], strict=True):
-                change = max(change, train.advance(1, self.tol)[1])
-                score += log_likelihood(held_out, train.predicted)
-            scores.append(score)
-            if score > scores[best]:
-                best = step
-            if change <= self.tol or step - best >= max(25, best):
+        whole = np.floor(counts).astype(np.int64)  # whole reports: a fraction stays in training
+        held_out = rng.multinomial(whole, np.full(self.folds, 1.0 / self.folds)).T.astype(float)
+        held_out = held_out[held_out.sum(axis=1) > 0]
+        train = counts[None, :] - held_out
+        self.cv_iterations_, self.cv_scores_ = np.zeros(0, dtype=int), np.zeros(0)
+        if held_out.shape[0] < 2 or np.any(train.sum(axis=1) <= 0):
+            self.warnings_.append(
+                f"only {int(counts.sum())} reports: too few to choose the number of IBU "
+                "iterations by cross-validation, so one iteration was run (an estimate close "
+                "to uniform)"
+            )
+            return 1
+        folds = _fold_steps(channel, train)
+        uniform_scores = _held_out_scores(held_out, folds.predicted())
+        iterations, per_fold = [], []
+        done, best = 0, 0
+        while done < self.max_iter:
+            target = min(_next_checkpoint(done), self.max_iter)
+            while done < target:
+                chunk = min(CHUNK_STEPS, target - done)
+                budget.charge(chunk * channel.n_inputs * held_out.shape[0])
+                change = folds.advance(chunk)
+                done += chunk
+            iterations.append(done)
+            per_fold.append(_held_out_scores(held_out, folds.predicted()))
+            if per_fold[-1].sum() > per_fold[best].sum():
+                best = len(per_fold) - 1
+            if change <= self.tol:
                 break
-        return best + 1, np.asarray(scores)
+            if done - iterations[best] >= max(PATIENCE_MIN, PATIENCE_FRACTION * iterations[best]):
+                break
+        else:
+            self.warnings_.append(
+                f"the cross-validated score was still rising at the iteration cap "
+                f"({self.max_iter}): the estimate may be smoother than the data allow"
+            )
+        scores = np.asarray(per_fold)
+        totals = scores.sum(axis=1)
+        chosen = best
+        for index in range(best):
+            if totals[best] - totals[index] <= self.se_rule * _paired_se(
+                scores[best] - scores[index]
+            ):
+                chosen = index
+                break
+        if totals[chosen] - uniform_scores.sum() <= _paired_se(scores[chosen] - uniform_scores):
+            self.warnings_.append(
+                "the held-out reports are fitted no better by this estimate than by the uniform "
+                "distribution (within one standard error): differences between rows may be noise"
+            )
+        self.cv_iterations_, self.cv_scores_ = np.asarray(iterations), totals
+        return iterations[chosen]
 
     def fit(self, counts, channel, n_iter: int | None = None) -> IBU:
         """Estimate from ``counts``; ``n_iter`` forces a fixed number of iterations."""
         counts = _as_counts(counts, channel)
         self.n_ = counts.sum()
-        self.cv_scores_ = None
+        self.cv_iterations_ = self.cv_scores_ = None
+        self.warnings_ = []
         if n_iter is None and self.stopping == "cv":
-            n_iter, self.cv_scores_ = self._cross_validate(counts, channel)
+            n_iter = self._cross_validate(counts, channel)
         steps, taken, converged, history = self._run(counts, channel, n_iter)
         self.frequencies_ = steps.p.copy()
         self.n_iter_ = taken
@@ -245,3 +375,33 @@ class IBU:
         self.log_likelihood_ = log_likelihood(counts, steps.predicted)
         self.log_likelihood_history_ = np.asarray(history)
         return self
+
+    def describe(self) -> str:
+        """What the last :meth:`fit` ran, in words (for the estimate API's ``estimator``)."""
+        steps = f"{self.n_iter_} iteration{'' if self.n_iter_ == 1 else 's'}"
+        if self.cv_iterations_ is not None and self.cv_iterations_.size:
+            rule = "" if self.se_rule == 0 else f", {self.se_rule:g}-standard-error rule"
+            return f"IBU, stopped at {steps} by {self.folds}-fold cross-validation{rule}"
+        if self.cv_iterations_ is not None:
+            return f"IBU, {steps} (too few reports to cross-validate)"
+        state = "converged" if self.converged_ and self.stopping == "tolerance" else "fixed"
+        return f"IBU, {steps} ({state})"
+
+
+def _paired_se(differences: np.ndarray) -> float:
+    """The standard error of a sum of per-fold score differences."""
+    if differences.size < 2:
+        return 0.0
+    return float(np.sqrt(differences.size * np.var(differences, ddof=1)))
+
+
+def default_estimator(channel, *, seed: int = 0) -> IBU:
+    """The estimator the service uses by default for ``channel`` (see docs/estimation.md).
+
+    IBU with its iteration count chosen by 10-fold cross-validation; for k-RR
+    the smallest count within half a standard error of the best, because with
+    few reports per category the held-out score is flat and noisy and the
+    best-scoring count often overfits.
+    """
+    se_rule = KRR_SE_RULE if isinstance(channel, KRRChannel) else 0.0
+    return IBU(seed=seed, folds=DEFAULT_FOLDS, se_rule=se_rule)

@@ -34,6 +34,7 @@ from aggregator.estimation import (
     SingularChannelError,
     channel_for,
 )
+from aggregator.estimation.estimators import default_estimator
 from aggregator.simulate.metrics import Scores, score
 from aggregator.simulate.populations import DEFAULT_CHUNK, Population, PopulationError
 from shared.mechanisms import Mechanism, PlanarLaplace
@@ -196,7 +197,7 @@ def estimate_methods(
             continue
         if method == "ibu":
             if ibu_iterations is None:
-                fitted = IBU(seed=seed).fit(counts, channel)
+                fitted = default_estimator(channel, seed=seed).fit(counts, channel)
             else:
                 fitted = IBU(stopping="tolerance", tol=0.0, seed=seed).fit(
                     counts, channel, n_iter=ibu_iterations

@@ -288,8 +288,8 @@ def test_ibu_fixed_iterations_and_cross_validated_stopping():
         p /= p.sum()
     np.testing.assert_allclose(fixed.frequencies_, p, rtol=1e-12)
     cv = IBU(seed=3).fit(counts, channel)
-    assert cv.cv_scores_ is not None and cv.cv_scores_.size >= cv.n_iter_ >= 1
-    assert cv.n_iter_ == int(np.argmax(cv.cv_scores_)) + 1
+    assert cv.cv_scores_ is not None and cv.cv_scores_.size == cv.cv_iterations_.size
+    assert cv.n_iter_ == cv.cv_iterations_[int(np.argmax(cv.cv_scores_))] >= 1
     assert cv.converged_
     # The split is seeded: the same seed gives the same estimate.
     again = IBU(seed=3).fit(counts, channel)

@@ -1,0 +1,321 @@
+"""Coverage of the estimates' confidence intervals, as the service computes them.
+
+Each configuration is a mechanism, a true distribution and a number of reports
+``n``. A trial draws the report counts from ``Multinomial(n, p C)`` (``n``
+users drawn independently from the truth ``p``, each report perturbed by the
+channel ``C``), runs the service's default estimate with its 95% intervals
+(:func:`aggregator.estimation.estimate`, seeded by the trial), and checks every
+(trial, value) pair: does the interval hold the true frequency? does it hold
+its own point estimate? has it zero width? Seeds are fixed, so a rerun on the
+same code gives the same table.
+
+Configurations (default run, a few minutes on 2 cores):
+
+* k-RR over k = 10, 50 and 1,000 categories with Zipf(1.1) shares, epsilon
+  0.5, 1, 2 and 4, n = 10^3 .. 10^6;
+* planar Laplace on a synthetic clustered city (8 Gaussian hotspots over a
+  10% uniform background) on 20 x 20 and 64 x 64 grids of 100 and 150 m cells,
+  epsilon ln 2 and ln 4 per 100 m, n = 10^3 .. 10^5;
+* with ``../shared/data/gowalla_sf_downtown.csv`` (or ``--data``): the
+  check-ins' cell shares on their 20 x 20 grid of 150 m cells, planar Laplace
+  at ln 2 and ln 4 per 100 m and k-RR over the 400 cells at ln 8.
+
+Classes: a value is "large" when its true share is above ``1 / k`` (the
+uniform share) and "small" otherwise; the worst class's coverage is printed
+beside the overall one. Interval time is the time spent inside
+:func:`aggregator.estimation.intervals.confidence_interval` per estimate
+(median), against the whole estimate's.
+
+The per-configuration table goes into section ``coverage`` of
+``BENCHMARKS.md``, a summary into the intervals section of
+``docs/estimation.md``. ``--quick`` runs a few configurations with few
+trials and only prints::
+
+    python scripts/bench_coverage.py           # full run
+    python scripts/bench_coverage.py --quick   # smoke run (seconds)
+    python scripts/bench_coverage.py --only planar   # some configurations (print only)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project importable
+    sys.path.insert(0, str(ROOT))
+
+import aggregator.estimation.api as estimation_api  # noqa: E402
+from aggregator.estimation import channel_for, estimate  # noqa: E402
+from aggregator.simulate.populations import Population  # noqa: E402
+from scripts.benchlib import write_section  # noqa: E402
+from shared.geo import EARTH_RADIUS_M, Grid, Region  # noqa: E402
+from shared.mechanisms import KRR, Mechanism, PlanarLaplace  # noqa: E402
+
+SECTION = "coverage"
+DOC = ROOT / "docs" / "estimation.md"
+DATA = ROOT.parent / "shared" / "data" / "gowalla_sf_downtown.csv"
+CONFIDENCE = 0.95
+# Nominal 95% intervals count as honest when they cover in this band of (trial, value) pairs.
+BAND = (0.90, 0.995)
+KRR_TRIALS = 20
+PLANAR_TRIALS = 10
+ZIPF_S = 1.1
+
+
+@dataclass(frozen=True)
+class Config:
+    """One mechanism, truth and sample size."""
+
+    family: str  # the summary row it belongs to
+    setting: str  # epsilon and the like, for the full table
+    mechanism: Mechanism
+    truth: np.ndarray
+    n: int
+
+
+@dataclass
+class Tally:
+    """Counts over a configuration's trials."""
+
+    pairs: int = 0
+    covered: int = 0
+    by_class: dict[str, list[int]] = field(
+        default_factory=lambda: {"large": [0, 0], "small": [0, 0]}
+    )
+    width_sum: float = 0.0
+    outside: int = 0
+    zero_width: int = 0
+    seconds: list[float] = field(default_factory=list)
+    interval_seconds: list[float] = field(default_factory=list)
+
+    @property
+    def coverage(self) -> float:
+        return self.covered / self.pairs
+
+    def class_coverage(self, name: str) -> float | None:
+        covered, pairs = self.by_class[name]
+        return covered / pairs if pairs else None
+
+    @property
+    def worst_class(self) -> tuple[str, float]:
+        shares = {name: self.class_coverage(name) for name in self.by_class}
+        name = min((n for n, v in shares.items() if v is not None), key=lambda n: shares[n])
+        return name, shares[name]
+
+
+def square_grid(cells: int, cell_m: float) -> Grid:
+    """A ``cells x cells`` grid of ``cell_m`` metre cells at the equator."""
+    per_deg = EARTH_RADIUS_M * math.pi / 180
+    span = (cells - 0.5) * cell_m / per_deg
+    grid = Grid(Region(0.0, span, 0.0, span), cell_m)
+    assert (grid.rows, grid.cols) == (cells, cells)
+    return grid
+
+
+def krr_configs(quick: bool) -> Iterator[Config]:
+    ks = (50,) if quick else (10, 50, 1000)
+    epsilons = (1.0,) if quick else (0.5, 1.0, 2.0, 4.0)
+    sizes = (10_000,) if quick else (1_000, 10_000, 100_000, 1_000_000)
+    for k in ks:
+        truth = Population.zipf(k, ZIPF_S).probabilities
+        mechanism_of = {
+            eps: KRR(epsilon=eps, domain=[f"v{i}" for i in range(k)]) for eps in epsilons
+        }
+        for eps in epsilons:
+            for n in sizes:
+                family = f"k-RR, k = {k:,}, Zipf({ZIPF_S:g})"
+                yield Config(family, f"eps {eps:g}", mechanism_of[eps], truth, n)
+
+
+def planar_configs(quick: bool) -> Iterator[Config]:
+    grids = ((20, 150.0),) if quick else ((20, 100.0), (20, 150.0), (64, 100.0), (64, 150.0))
+    levels = (2,) if quick else (2, 4)
+    sizes = (10_000,) if quick else (1_000, 10_000, 100_000)
+    for cells, cell_m in grids:
+        grid = square_grid(cells, cell_m)
+        truth = Population.clustered_city(grid, seed=cells).probabilities
+        for level in levels:
+            mechanism = PlanarLaplace(epsilon=math.log(level) / 100, grid=grid)
+            for n in sizes:
+                family = f"planar, {cells} x {cells}, clustered city"
+                setting = f"{cell_m:g} m cells, ln {level} / 100 m"
+                yield Config(family, setting, mechanism, truth, n)
+
+
+def data_configs(path: Path, quick: bool) -> Iterator[Config]:
+    population = Population.from_csv_points(path, cell_size_m=150.0)
+    grid = population.grid
+    assert grid is not None
+    truth = population.probabilities
+    sizes = (10_000,) if quick else (1_000, 10_000, 100_000)
+    shape = f"{grid.rows} x {grid.cols}"
+    for level in (2,) if quick else (2, 4):
+        mechanism = PlanarLaplace(epsilon=math.log(level) / 100, grid=grid)
+        for n in sizes:
+            family = f"planar, SF check-ins, {shape}"
+            yield Config(family, f"150 m cells, ln {level} / 100 m", mechanism, truth, n)
+    cells = KRR(epsilon=math.log(8), domain=[f"c{i}" for i in range(grid.n_cells)])
+    for n in sizes:
+        yield Config(f"k-RR, SF check-ins, {grid.n_cells} cells", "eps ln 8", cells, truth, n)
+
+
+@contextmanager
+def timed_intervals(record: list[float]) -> Iterator[None]:
+    """Time every call of the interval entry point made by the estimate pipeline."""
+    original: Callable = estimation_api.confidence_interval
+
+    def timed(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            record.append(time.perf_counter() - started)
+
+    estimation_api.confidence_interval = timed
+    try:
+        yield
+    finally:
+        estimation_api.confidence_interval = original
+
+
+def run(config: Config, trials: int, seed: int) -> Tally:
+    """``trials`` default estimates of ``config``'s counts, tallied."""
+    channel = channel_for(config.mechanism)
+    truth = config.truth
+    report_shares = np.maximum(channel.forward(truth), 0.0)
+    report_shares /= report_shares.sum()
+    large = truth > 1.0 / truth.size
+    generator = np.random.default_rng(seed)
+    tally = Tally()
+    for trial in range(trials):
+        counts = generator.multinomial(config.n, report_shares)
+        interval_times: list[float] = []
+        with timed_intervals(interval_times):
+            started = time.perf_counter()
+            result = estimate(
+                config.mechanism, counts, confidence=CONFIDENCE, seed=trial, channel=channel
+            )
+            tally.seconds.append(time.perf_counter() - started)
+        tally.interval_seconds.append(sum(interval_times))
+        low, high = result.ci_low, result.ci_high
+        covered = (low <= truth) & (truth <= high)
+        point = np.clip(result.frequencies, 0.0, 1.0)
+        tally.pairs += truth.size
+        tally.covered += int(covered.sum())
+        for name, members in (("large", large), ("small", ~large)):
+            tally.by_class[name][0] += int(covered[members].sum())
+            tally.by_class[name][1] += int(members.sum())
+        tally.width_sum += float((high - low).sum())
+        tally.outside += int(((point < low) | (point > high)).sum())
+        tally.zero_width += int((high - low <= 0).sum())
+    return tally
+
+
+def in_band(value: float) -> bool:
+    return BAND[0] <= value <= BAND[1]
+
+
+def full_table(results: list[tuple[Config, Tally]]) -> str:
+    lines = [
+        "| configuration | setting | n | coverage | large | small | mean width | "
+        "outside | zero width | estimate s | interval s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for config, tally in results:
+        large, small = tally.class_coverage("large"), tally.class_coverage("small")
+        lines.append(
+            f"| {config.family} | {config.setting} | {config.n:,} | {tally.coverage:.3f}"
+            f"{'' if in_band(tally.coverage) else ' (!)'} | {_share(large)} | {_share(small)} | "
+            f"{tally.width_sum / tally.pairs:.2e} | {tally.outside} | {tally.zero_width} | "
+            f"{statistics.median(tally.seconds):.3f} | "
+            f"{statistics.median(tally.interval_seconds):.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def summary_table(results: list[tuple[Config, Tally]]) -> str:
+    families: dict[str, list[Tally]] = {}
+    for config, tally in results:
+        families.setdefault(config.family, []).append(tally)
+    lines = [
+        "| configurations | count | coverage (lowest - highest) | worst class (lowest) | "
+        "in 90-99.5% | pairs | outside own interval | zero width |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for family, tallies in families.items():
+        coverages = [t.coverage for t in tallies]
+        worst = min((t.worst_class for t in tallies), key=lambda item: item[1])
+        lines.append(
+            f"| {family} | {len(tallies)} | {min(coverages):.3f} - {max(coverages):.3f} | "
+            f"{worst[1]:.3f} ({worst[0]}) | {sum(in_band(c) for c in coverages)} of "
+            f"{len(tallies)} | {sum(t.pairs for t in tallies):,} | "
+            f"{sum(t.outside for t in tallies)} | {sum(t.zero_width for t in tallies)} |"
+        )
+    return "\n".join(lines)
+
+
+def _share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a few configurations; print only")
+    parser.add_argument("--data", type=Path, default=DATA, help="SF check-ins CSV (optional)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--only", default="", help="run the configurations whose name contains this; print only"
+    )
+    args = parser.parse_args(argv)
+
+    configs = [
+        *((c, KRR_TRIALS) for c in krr_configs(args.quick)),
+        *((c, PLANAR_TRIALS) for c in planar_configs(args.quick)),
+    ]
+    if args.data.exists():
+        configs += [(c, PLANAR_TRIALS) for c in data_configs(args.data, args.quick)]
+    else:
+        print(f"{args.data} not found: the SF check-in rows are skipped", file=sys.stderr)
+    if args.quick:
+        configs = [(config, 3) for config, _ in configs]
+    configs = [(config, trials) for config, trials in configs if args.only in config.family]
+    results = []
+    started = time.perf_counter()
+    for index, (config, trials) in enumerate(configs):
+        tally = run(config, trials, seed=args.seed + index)
+        results.append((config, tally))
+        name, worst = tally.worst_class
+        print(
+            f"{config.family:38s} {config.setting:28s} n={config.n:>9,} "
+            f"coverage {tally.coverage:.3f} worst {name} {worst:.3f} "
+            f"outside {tally.outside} zero {tally.zero_width} "
+            f"({statistics.median(tally.seconds):.3f} s/estimate)",
+            flush=True,
+        )
+    print(f"\n{time.perf_counter() - started:.0f} s\n")
+    summary, full = summary_table(results), full_table(results)
+    print(summary, "\n", full, sep="\n")
+    if args.quick or args.only:
+        return 0
+    trials_text = (
+        f"{KRR_TRIALS} trials per k-RR configuration, {PLANAR_TRIALS} per planar one; "
+        f"nominal {CONFIDENCE:.0%} intervals of the default estimate; "
+        "(!) marks coverage outside 90-99.5%."
+    )
+    write_section(SECTION, f"### Interval coverage\n\n{trials_text}\n\n{full}")
+    write_section(SECTION, f"{trials_text}\n\n{summary}", path=DOC)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
