@@ -141,6 +141,48 @@ class DenseChannel(Channel):
         return self.matrix.copy()
 
 
+class KRRIBUSteps:
+    """IBU's steps on k-RR run by compiled loops (see :class:`estimators.IBUSteps`).
+
+    ``counts`` is one set of counts, or several as the rows of a matrix
+    (independent runs, e.g. cross-validation folds); ``p`` and ``predicted``
+    then have one row per run, and ``advance`` steps them all.
+    """
+
+    def __init__(self, channel: KRRChannel, counts: np.ndarray, loops):
+        self._loops = loops
+        self._keep_excess = channel.p_keep - channel.p_other
+        self._other = channel.p_other
+        counts = np.asarray(counts, dtype=float)
+        self._single = counts.ndim == 1
+        self._counts = np.ascontiguousarray(np.atleast_2d(counts))
+        self._p = np.full(self._counts.shape, 1.0 / channel.n_inputs)
+
+    @property
+    def p(self) -> np.ndarray:
+        return self._p[0] if self._single else self._p
+
+    @property
+    def predicted(self) -> np.ndarray:
+        predicted = self._keep_excess * self._p + self._other  # each row of p sums to 1
+        return predicted[0] if self._single else predicted
+
+    def advance(self, steps: int, tol: float) -> tuple[int, float]:
+        taken, change = self._loops.ibu_advance(
+            self._counts, self._p, self._keep_excess, self._other, steps, tol
+        )
+        return int(taken), float(change)
+
+
+def _krr_loops():
+    """The compiled k-RR loops, or ``None`` where numba is not installed."""
+    try:
+        from aggregator.estimation import krr_loops
+    except ImportError:
+        return None
+    return krr_loops
+
+
 class KRRChannel(Channel):
     """k-RR: ``C = (p_keep - p_other) I + p_other 11^T``, applied in O(k)."""
 
@@ -159,6 +201,12 @@ class KRRChannel(Channel):
         if self.p_keep <= self.p_other:
             raise SingularChannelError("k-RR with epsilon this small cannot be inverted")
         return (q - self.p_other * q.sum()) / (self.p_keep - self.p_other), True
+
+    def ibu_steps(self, counts: np.ndarray) -> KRRIBUSteps | None:
+        """Compiled IBU steps (three passes over ``k`` values each), where numba is installed;
+        ``counts`` may hold several sets of counts as rows."""
+        loops = _krr_loops()
+        return None if loops is None else KRRIBUSteps(self, counts, loops)
 
 
 class _ScipyConvolution:

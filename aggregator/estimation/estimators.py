@@ -26,9 +26,9 @@ STOPPING = ("cv", "tolerance")
 DEFAULT_FOLDS = 10
 # The cross-validation follows its curves until the best score is this old (iterations).
 PATIENCE_MIN = 20
-PATIENCE_FRACTION = 0.5
+PATIENCE_FRACTION = 0.25
 # k-RR's default takes the smallest iteration count within this many standard errors.
-KRR_SE_RULE = 0.25
+KRR_SE_RULE = 0.5
 # IBU steps run between two budget checks.
 CHUNK_STEPS = 32
 
@@ -173,40 +173,23 @@ class _FoldSteps:
         return np.stack([steps.predicted for steps in self._steps])
 
 
-class _KRRFoldSteps:
-    """:class:`_FoldSteps` for k-RR, vectorised over the folds (each step is O(folds x k))."""
+class _BatchFoldSteps:
+    """:class:`_FoldSteps` over a channel's own steps that run many sets of counts at once."""
 
-    def __init__(self, channel, train: np.ndarray):
-        self._keep_excess = channel.p_keep - channel.p_other
-        self._other = channel.p_other
-        self._train = train
-        self._totals = train.sum(axis=1, keepdims=True)
-        self._p = np.full(train.shape, 1.0 / train.shape[1])
-
-    def _forward(self, p: np.ndarray) -> np.ndarray:
-        return self._keep_excess * p + self._other * p.sum(axis=1, keepdims=True)
+    def __init__(self, steps):
+        self._steps = steps
 
     def advance(self, count: int) -> float:
-        change = np.inf
-        for _ in range(count):
-            # k-RR's reports all have probability >= p_other > 0: no division by zero.
-            ratio = self._train / self._forward(self._p)
-            updated = self._p * self._forward(ratio) / self._totals
-            updated /= updated.sum(axis=1, keepdims=True)
-            change = float(np.max(np.abs(updated - self._p)))
-            self._p = updated
-        return change
+        return self._steps.advance(count, 0.0)[1]
 
     def predicted(self) -> np.ndarray:
-        return self._forward(self._p)
+        return self._steps.predicted
 
 
 def _fold_steps(channel, train: np.ndarray):
-    return (
-        _KRRFoldSteps(channel, train)
-        if isinstance(channel, KRRChannel)
-        else _FoldSteps(channel, train)
-    )
+    """Steps on every fold's training counts: batched where the channel can (k-RR)."""
+    batch = channel.ibu_steps(train) if isinstance(channel, KRRChannel) else None
+    return _FoldSteps(channel, train) if batch is None else _BatchFoldSteps(batch)
 
 
 def _held_out_scores(held_out: np.ndarray, predicted: np.ndarray) -> np.ndarray:
@@ -238,7 +221,7 @@ class IBU:
     checkpoints (every iteration up to 20, then about every 5%), scores the
     held-out fold's log-likelihood under its predicted report distribution.
     The curves are followed until the best summed score is ``patience``
-    iterations old (at least 20, at least half the best count) or every fold
+    iterations old (at least 20, at least a quarter of the best count) or every fold
     has converged. The iteration count chosen is the smallest whose summed
     score is within ``se_rule`` standard errors of the best (the errors from
     the spread of the per-fold differences; ``0`` takes the best itself), and
@@ -416,7 +399,7 @@ def default_estimator(channel, *, seed: int = 0) -> IBU:
     """The estimator the service uses by default for ``channel`` (see docs/estimation.md).
 
     IBU with its iteration count chosen by 10-fold cross-validation; for k-RR
-    the smallest count within a quarter of a standard error of the best, because with
+    the smallest count within half a standard error of the best, because with
     few reports per category the held-out score is flat and noisy and the
     best-scoring count often overfits.
     """

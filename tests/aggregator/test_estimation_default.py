@@ -157,3 +157,27 @@ def test_the_default_estimate_is_charged_to_the_work_budget(name):
     assert spent >= 10 * 20 * channel.n_inputs
     with budget.limited(max_work=spent // 2), pytest.raises(budget.WorkLimitExceeded):
         default_estimator(channel).fit(counts, channel)
+
+
+def test_compiled_krr_steps_match_the_generic_steps_alone_and_batched():
+    from aggregator.estimation.estimators import IBUSteps
+
+    mechanism, truth = zipf_krr(40, 1.5)
+    channel = channel_for(mechanism)
+    runs = np.stack([reports(mechanism, truth, 2000, seed)[0] for seed in range(3)])
+    compiled = channel.ibu_steps(runs)
+    if compiled is None:
+        pytest.skip("numba is not installed: k-RR runs the generic steps")
+    compiled.advance(57, 0.0)
+    for row, counts in enumerate(runs):
+        generic = IBUSteps(channel, counts)
+        generic.advance(57, 0.0)
+        single = channel.ibu_steps(counts)
+        single.advance(57, 0.0)
+        np.testing.assert_allclose(compiled.p[row], generic.p, rtol=1e-10, atol=1e-15)
+        np.testing.assert_allclose(single.p, generic.p, rtol=1e-10, atol=1e-15)
+        np.testing.assert_allclose(single.predicted, channel.forward(generic.p), rtol=1e-10)
+    # The tolerance stops a run once no frequency moves by more than it.
+    single = channel.ibu_steps(runs[0])
+    taken, change = single.advance(100_000, 1e-7)
+    assert taken < 100_000 and change <= 1e-7
