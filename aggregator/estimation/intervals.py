@@ -25,8 +25,8 @@ channel and on the estimate, not on the caller:
   exact value for the periodic inverse where the channel has one (planar
   Laplace).
 * **Any other estimate (IBU, projection, clipping on planar and dense
-  channels): a bootstrap of the estimator's error, plus its distance to the
-  unregularised fit.** Report counts are redrawn from
+  channels): a bootstrap of the estimator's error, plus its distance to a less
+  regularised fit.** Report counts are redrawn from
   ``Multinomial(n, p_hat C)`` and the estimator is re-run (``refit``, which
   reuses the regularisation chosen on the real counts, e.g. IBU's iteration
   count). In that bootstrap world ``p_hat`` is the truth, so ``r_b - p_hat``
