@@ -306,7 +306,7 @@ class IBU:
     def _cross_validate(self, counts, channel) -> int:
         """The iteration count chosen by cross-validation (see the class docstring)."""
         rng = np.random.default_rng(self.seed)
-        whole = np.rint(counts).astype(np.int64)
+        whole = np.floor(counts).astype(np.int64)  # whole reports: a fraction stays in training
         held_out = rng.multinomial(whole, np.full(self.folds, 1.0 / self.folds)).T.astype(float)
         held_out = held_out[held_out.sum(axis=1) > 0]
         train = counts[None, :] - held_out
@@ -378,14 +378,14 @@ class IBU:
 
     def describe(self) -> str:
         """What the last :meth:`fit` ran, in words (for the estimate API's ``estimator``)."""
+        steps = f"{self.n_iter_} iteration{'' if self.n_iter_ == 1 else 's'}"
         if self.cv_iterations_ is not None and self.cv_iterations_.size:
             rule = "" if self.se_rule == 0 else f", {self.se_rule:g}-standard-error rule"
-            return (
-                f"IBU, stopped at {self.n_iter_} iterations by {self.folds}-fold "
-                f"cross-validation{rule}"
-            )
+            return f"IBU, stopped at {steps} by {self.folds}-fold cross-validation{rule}"
+        if self.cv_iterations_ is not None:
+            return f"IBU, {steps} (too few reports to cross-validate)"
         state = "converged" if self.converged_ and self.stopping == "tolerance" else "fixed"
-        return f"IBU, {self.n_iter_} iterations ({state})"
+        return f"IBU, {steps} ({state})"
 
 
 def _paired_se(differences: np.ndarray) -> float:

@@ -143,6 +143,7 @@ def test_a_near_uniform_estimate_warns_that_differences_may_be_noise():
     assert any("no better" in warning for warning in result.warnings)
     tiny = estimate(mechanism, np.eye(50)[3] * 1)
     assert any("too few" in warning for warning in tiny.warnings)
+    assert tiny.estimator == "IBU, 1 iteration (too few reports to cross-validate)"
 
 
 @pytest.mark.parametrize("name", ["krr", "planar_laplace"])
