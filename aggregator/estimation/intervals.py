@@ -25,8 +25,8 @@ channel and on the estimate, not on the caller:
   exact value for the periodic inverse where the channel has one (planar
   Laplace).
 * **Any other estimate (IBU, projection, clipping on planar and dense
-  channels): a bootstrap of the estimator's error, plus its distance to the
-  unregularised fit.** Report counts are redrawn from
+  channels): a bootstrap of the estimator's error, plus its distance to a less
+  regularised fit.** Report counts are redrawn from
   ``Multinomial(n, p_hat C)`` and the estimator is re-run (``refit``, which
   reuses the regularisation chosen on the real counts, e.g. IBU's iteration
   count). In that bootstrap world ``p_hat`` is the truth, so ``r_b - p_hat``
@@ -61,20 +61,18 @@ from scipy.stats import t as student_t
 
 from aggregator.estimation import budget
 from aggregator.estimation.channels import DENSE_SOLVE_LIMIT, Channel, KRRChannel
-from aggregator.estimation.estimators import IBUSteps
+from aggregator.estimation.estimators import IBUSteps, advance_charged
 
 VARIANCE_PROBES = 16
 # Replicates of the error bootstrap; Student's t for their degrees of freedom absorbs the noise
 # of a root mean square estimated from this few.
-BOOTSTRAP_REPLICATES = 30
+BOOTSTRAP_REPLICATES = 16
 # The reference fit runs IBU this many times as long as the IBU iterate closest to the estimate
 # (its equivalent regularisation), capped; its distance to the estimate measures the bias.
 REFERENCE_FACTOR = 10
 REFERENCE_MAX_STEPS = 2000
 # Steps after the closest iterate so far before the search for it stops.
 MATCH_PATIENCE = 10
-# IBU steps run between two charges to the budget.
-STEP_CHUNK = 32
 # Below this many reports the intervals' coverage has not been measured: say so.
 SMALL_SAMPLE_REPORTS = 1000
 # Below this many reports per cell, areas without reports get intervals that can miss (measured:
@@ -262,16 +260,13 @@ def reference_fit(
     steps = IBUSteps(channel, counts) if steps is None else steps
     best, best_distance, taken = 0, np.inf, 0
     while taken < REFERENCE_MAX_STEPS and taken - best < MATCH_PATIENCE:
-        budget.charge(channel.n_inputs)
-        taken += steps.advance(1, 0.0)[0]
+        taken += advance_charged(steps, 1, 0.0, channel.n_inputs)[0]
         distance = float(np.sum((steps.p - point) ** 2))
         if distance < best_distance:
             best, best_distance = taken, distance
     target = min(REFERENCE_MAX_STEPS, REFERENCE_FACTOR * max(best, 1))
-    while taken < target:
-        chunk = min(STEP_CHUNK, target - taken)
-        budget.charge(chunk * channel.n_inputs)
-        taken += steps.advance(chunk, 0.0)[0]
+    if taken < target:
+        advance_charged(steps, target - taken, 0.0, channel.n_inputs)
     return best, steps.p.copy()
 
 
