@@ -220,6 +220,20 @@ def get_counts(campaign_id: str) -> flask.Response:
     return flask.jsonify(export.counts_body(campaign, counts, store.hourly_counts(campaign_id)))
 
 
+def bounded_estimate(
+    campaign: Campaign, method: str, confidence: float
+) -> tuple[dict[str, Any], bool]:
+    """The campaign's (cached) estimate within the app's limits, and whether it was cached."""
+    return estimates.cached_estimate(
+        get_store(),
+        campaign,
+        method,
+        confidence,
+        channels=get_channels(),
+        limits=estimates.current_limits(),
+    )
+
+
 @bp.get("/campaigns/<campaign_id>/estimate")
 @require(ANALYST)
 def get_estimate(campaign_id: str) -> flask.Response:
@@ -229,9 +243,7 @@ def get_estimate(campaign_id: str) -> flask.Response:
     confidence = estimates.parse_confidence(flask.request.args.get("confidence"))
     output = export.parse_format(flask.request.args.get("format"))
     campaign = load_campaign(campaign_id)
-    body, cached = estimates.cached_estimate(
-        get_store(), campaign, method, confidence, channels=get_channels()
-    )
+    body, cached = bounded_estimate(campaign, method, confidence)
     if output == "csv":
         response = _csv_download(
             export.estimate_csv(campaign, body), f"{campaign_id}-estimate-{method}.csv"

@@ -22,6 +22,12 @@ from flask_limiter.util import get_remote_address
 from aggregator import api, cors, dashboard, enrollment, openapi, ratelimits
 from aggregator.db import EXTENSION, StoreHandle
 from aggregator.errors import register_error_handlers
+from aggregator.estimates import (
+    DEFAULT_MAX_WORK,
+    DEFAULT_TIMEOUT_S,
+    LIMITS_EXTENSION,
+    EstimateLimits,
+)
 from aggregator.redis_server import DEFAULT_DATA_DIR, DEFAULT_FSYNC
 from aggregator.reports import DEFAULT_MAX_BATCH
 from aggregator.store import DEFAULT_REPORT_ID_TTL_S
@@ -39,6 +45,8 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_ENABLED": True,
     "RATELIMIT_HEADERS_ENABLED": True,
     "CORS_ORIGINS": cors.DEFAULT_ORIGINS,
+    "ESTIMATE_MAX_WORK": DEFAULT_MAX_WORK,
+    "ESTIMATE_TIMEOUT_S": DEFAULT_TIMEOUT_S,
 }
 
 
@@ -89,6 +97,7 @@ def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
     app.session_interface = _SessionInterface()
 
     app.extensions[EXTENSION] = StoreHandle(app.config)
+    app.extensions[LIMITS_EXTENSION] = EstimateLimits.from_config(app.config)
     register_error_handlers(app)
     cors.init_app(app)
     app.register_blueprint(api.bp)

@@ -216,26 +216,55 @@ def campaign_open(opener: StoreOpener, campaign_id: str) -> None:
 )
 @click.option(
     "--confidence",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=estimates.DEFAULT_CONFIDENCE,
+    type=click.Choice([str(level) for level in estimates.CONFIDENCE_LEVELS]),
+    default=str(estimates.DEFAULT_CONFIDENCE),
     show_default=True,
 )
+@click.option(
+    "--max-work",
+    type=click.IntRange(min=1),
+    envvar="LDP_ESTIMATE_MAX_WORK",
+    default=estimates.DEFAULT_MAX_WORK,
+    show_default=True,
+    help="Work cap of the estimate (cells x iterations x replicates), as the server's.",
+)
+@click.option(
+    "--timeout-s",
+    type=click.FloatRange(min=0, min_open=True),
+    envvar="LDP_ESTIMATE_TIMEOUT_S",
+    default=estimates.DEFAULT_TIMEOUT_S,
+    show_default=True,
+    help="Time limit of the estimate in seconds, as the server's.",
+)
+@click.option("--no-limits", is_flag=True, help="Compute however long the estimate takes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")
 @click.pass_obj
 def estimate_command(
-    opener: StoreOpener, campaign_id: str, method: str, confidence: float, as_json: bool
+    opener: StoreOpener,
+    campaign_id: str,
+    method: str,
+    confidence: str,
+    max_work: int,
+    timeout_s: float,
+    no_limits: bool,
+    as_json: bool,
 ) -> None:
-    """Estimate a campaign's distribution with confidence intervals."""
+    """Estimate a campaign's distribution with confidence intervals.
+
+    The estimate is bounded like the server's (LDP_ESTIMATE_MAX_WORK,
+    LDP_ESTIMATE_TIMEOUT_S) unless --no-limits is given.
+    """
     store = opener.store()
     campaign = store.get_campaign(campaign_id)
-    result, _ = estimates.cached_estimate(store, campaign, method, confidence)
+    limits = None if no_limits else estimates.EstimateLimits(max_work, timeout_s)
+    result, _ = estimates.cached_estimate(store, campaign, method, float(confidence), limits=limits)
     if as_json:
         _echo_json(result)
         return
     click.echo(f"campaign {campaign_id}  method {method}  n {result['n']}")
     if result.get("n_iter") is not None:
         click.echo(f"iterations {result['n_iter']}  converged {result['converged']}")
-    level = f"{confidence:.0%}"
+    level = f"{float(confidence):.0%}"
     click.echo(f"{'label':<24} {'frequency':>10} {level + ' low':>10} {level + ' high':>10}")
     for row in result["estimates"]:
         click.echo(
