@@ -381,9 +381,9 @@ def test_large_domain_top_n_and_sorting(tab, seeder, campaigns):
     assert trace["x"] == [label for label in words["domain"] if label in top]
 
     tab.page.select_option("#top", "all")
-    expect(tab.page.locator("#estimate-chart .barlayer .trace").first.locator(".point")).to_have_count(
-        60
-    )
+    expect(
+        tab.page.locator("#estimate-chart .barlayer .trace").first.locator(".point")
+    ).to_have_count(60)
     assert chart_trace(tab.page, "estimate-chart")["x"] == words["domain"]
     assert len(bar_heights(tab.page)) == 60
     tab.shot("all")
