@@ -332,6 +332,38 @@ def cached_estimate(
     work than allowed raises :class:`EstimateTooCostly`, one that runs past the
     time limit a 503 :class:`~aggregator.errors.APIError`; nothing is cached then.
     """
+    text, body, cached = _cached_estimate(
+        store, campaign, method, confidence, channels=channels, limits=limits
+    )
+    return (json.loads(text) if body is None else body), cached
+
+
+def cached_estimate_json(
+    store: CampaignStore,
+    campaign: Campaign,
+    method: str,
+    confidence: float,
+    *,
+    channels: ChannelCache | None = None,
+    limits: EstimateLimits | None = None,
+) -> tuple[str, bool]:
+    """:func:`cached_estimate` as JSON text: a cache hit is served without parsing the body."""
+    text, _, cached = _cached_estimate(
+        store, campaign, method, confidence, channels=channels, limits=limits
+    )
+    return text, cached
+
+
+def _cached_estimate(
+    store: CampaignStore,
+    campaign: Campaign,
+    method: str,
+    confidence: float,
+    *,
+    channels: ChannelCache | None,
+    limits: EstimateLimits | None,
+) -> tuple[str, dict[str, Any] | None, bool]:
+    """The body's JSON text, the body itself when it was just computed, whether cached."""
     check_confidence(confidence)
     campaign_id = campaign.spec.id
     counts = store.counts(campaign_id)
@@ -339,11 +371,11 @@ def cached_estimate(
     variant = f"{method}:{confidence!r}"
     hit = store.cached_estimate(campaign_id, variant, digest)
     if hit is not None:
-        return json.loads(hit), True
+        return hit.decode(), None, True
     channel = channels.get(campaign) if channels is not None and counts else None
     response = off_loop(
         bounded(estimate_response, limits), campaign, counts, method, confidence, channel=channel
     )
     body = json.dumps(response, separators=(",", ":"), default=_plain)
     store.cache_estimate(campaign_id, variant, digest, body)
-    return response, False
+    return body, response, False
