@@ -7,15 +7,17 @@ method, and shapes the response (labels, intervals, grid, timings).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import math
+import secrets
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import flask
@@ -48,6 +50,16 @@ DEFAULT_MAX_WORK = 10**9
 DEFAULT_TIMEOUT_S = 30.0
 # The key of the app's EstimateLimits in ``app.extensions``.
 LIMITS_EXTENSION = "ldp_estimate_limits"
+# How often a request waiting for another's computation of the same estimate looks for it.
+LOCK_POLL_S = 0.1
+# A computation's lock outlives its time limit by this much (or lasts this long without one),
+# so that a worker that died mid-computation holds up the others only for a while.
+LOCK_MARGIN_S = 10.0
+LOCK_WITHOUT_LIMIT_S = 3600.0
+_RELEASE_IF_OURS = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 # Channel operators kept per process: a planar kernel takes up to a second to build for a
 # large grid and a few MB to hold, so a handful of recent campaigns is enough.
 CHANNEL_CACHE_SIZE = 16
@@ -154,7 +166,7 @@ def parse_confidence(raw: str | None) -> float:
     return check_confidence(level)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class EstimateLimits:
     """The budget of one estimate: a cap on its work units and a time limit (None: none).
 
@@ -372,10 +384,81 @@ def _cached_estimate(
     hit = store.cached_estimate(campaign_id, variant, digest)
     if hit is not None:
         return hit.decode(), None, True
-    channel = channels.get(campaign) if channels is not None and counts else None
-    response = off_loop(
-        bounded(estimate_response, limits), campaign, counts, method, confidence, channel=channel
-    )
-    body = json.dumps(response, separators=(",", ":"), default=_plain)
-    store.cache_estimate(campaign_id, variant, digest, body)
+    lock = ComputeLock(store, campaign_id, variant, digest, limits)
+    started, allowed = time.monotonic(), limits
+    while not lock.acquire():
+        # Another request (in this worker or another) computes this very estimate: wait for
+        # its result rather than compute it twice, within this request's own time limit.
+        time.sleep(LOCK_POLL_S)
+        hit = store.cached_estimate(campaign_id, variant, digest)
+        if hit is not None:
+            return hit.decode(), None, True
+        limits = _remaining(allowed, time.monotonic() - started)
+    try:
+        channel = channels.get(campaign) if channels is not None and counts else None
+        response = off_loop(
+            bounded(estimate_response, limits),
+            campaign,
+            counts,
+            method,
+            confidence,
+            channel=channel,
+        )
+        body = json.dumps(response, separators=(",", ":"), default=_plain)
+        store.cache_estimate(campaign_id, variant, digest, body)
+    finally:
+        lock.release()
     return body, response, False
+
+
+def _remaining(limits: EstimateLimits | None, waited_s: float) -> EstimateLimits | None:
+    """The limits left to a request that waited ``waited_s`` for another's computation.
+
+    The time limit covers the wait: a request whose time is up answers 503
+    ``estimate_pending`` rather than computing for a whole time limit more.
+    """
+    if limits is None or limits.timeout_s is None:
+        return limits
+    left = limits.timeout_s - waited_s
+    if left <= 0:
+        raise APIError(
+            503,
+            "estimate_pending",
+            "this estimate is being computed for another request and was not ready "
+            f"within {limits.timeout_s:g} s (the server's LDP_ESTIMATE_TIMEOUT_S); retry later",
+            retry_after_s=limits.retry_after_s,
+        )
+    return dataclasses.replace(limits, timeout_s=left)
+
+
+class ComputeLock:
+    """A Redis lock on computing one estimate (campaign, variant, counts digest).
+
+    Whoever holds it computes; other requests for the same estimate, in any
+    worker, wait for the cached result instead of computing it again. The lock
+    expires on its own shortly after the computation's time limit.
+    """
+
+    KEY = "ldp:{{c:{id}}}:estimate-lock:{variant}:{digest}"
+
+    def __init__(
+        self,
+        store: CampaignStore,
+        campaign_id: str,
+        variant: str,
+        digest: str,
+        limits: EstimateLimits | None,
+    ) -> None:
+        self._connection = store.connection
+        self._key = self.KEY.format(id=campaign_id, variant=variant, digest=digest)
+        self._token = secrets.token_hex(16)
+        timeout_s = None if limits is None else limits.timeout_s
+        self._ttl_ms = int(
+            1000 * (LOCK_WITHOUT_LIMIT_S if timeout_s is None else timeout_s + LOCK_MARGIN_S)
+        )
+
+    def acquire(self) -> bool:
+        return bool(self._connection.set(self._key, self._token, nx=True, px=self._ttl_ms))
+
+    def release(self) -> None:
+        self._connection.eval(_RELEASE_IF_OURS, 1, self._key, self._token)

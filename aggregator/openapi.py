@@ -466,7 +466,8 @@ def document() -> dict[str, Any]:
                             **_json(
                                 _ERROR,
                                 "The estimate ran past the server's time limit and was "
-                                "stopped; Retry-After says when to try again",
+                                "stopped, or another request's computation of it was not "
+                                "ready in time; Retry-After says when to try again",
                             ),
                             "headers": {"Retry-After": {"schema": {"type": "integer"}}},
                         },

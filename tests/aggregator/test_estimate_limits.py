@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 
 import gevent
@@ -219,3 +220,68 @@ def test_the_csv_download_is_bounded_too(config, store):
     csv = client.get("/api/v1/campaigns/grid64/estimate?format=csv", headers=headers)
     assert csv.status_code == 422
     assert csv.get_json()["error"]["code"] == "estimate_too_costly"
+
+
+# -- one computation per estimate --------------------------------------------------------------
+
+
+def lock_keys(store) -> list[bytes]:
+    return list(store.connection.scan_iter(match="ldp:*estimate-lock*"))
+
+
+def test_concurrent_requests_compute_an_estimate_once(app, store, analyst, monkeypatch):
+    fill(store, KRR_SPEC, 80)
+    calls = []
+    real = estimates.estimate
+
+    def slow(*args, **kwargs):
+        calls.append(1)
+        time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(estimates, "estimate", slow)
+    answers = []
+
+    def ask():
+        answers.append(app.test_client().get(KRR_URL, headers=analyst))
+
+    threads = [threading.Thread(target=ask) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1
+    assert [answer.status_code for answer in answers] == [200, 200, 200]
+    assert sorted(answer.headers["X-Estimate-Cache"] for answer in answers) == [
+        "hit",
+        "hit",
+        "miss",
+    ]
+    assert len({answer.get_data() for answer in answers}) == 1
+    assert lock_keys(store) == []
+
+
+def test_a_request_waiting_for_another_computation_stops_at_its_time_limit(config, store, analyst):
+    fill(store, KRR_SPEC, 80)
+    campaign = store.get_campaign("fruit")
+    digest = estimates.counts_digest(campaign, store.counts("fruit"))
+    held = estimates.ComputeLock(store, "fruit", "ibu:0.95", digest, None)
+    assert held.acquire()
+    client = limited_app(config, ESTIMATE_TIMEOUT_S=0.3).test_client()
+    started = time.monotonic()
+    response = client.get(KRR_URL, headers=analyst)
+    assert time.monotonic() - started < 2
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "1"
+    assert response.get_json()["error"]["code"] == "estimate_pending"
+    # The holder gave up without a result: the next request computes it.
+    held.release()
+    assert client.get(KRR_URL, headers=analyst).status_code == 200
+
+
+def test_a_stopped_computation_releases_its_lock(config, store, analyst, monkeypatch):
+    fill(store, KRR_SPEC, 50)
+    monkeypatch.setattr(estimates, "estimate", charging_forever)
+    client = limited_app(config, ESTIMATE_TIMEOUT_S=0.2).test_client()
+    assert client.get(KRR_URL, headers=analyst).status_code == 503
+    assert lock_keys(store) == []
