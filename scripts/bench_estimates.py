@@ -355,7 +355,10 @@ def main(argv: list[str] | None = None) -> None:
         lines += [
             "",
             f"512 x 512 planar campaign (5,000 reports), server limit "
-            f"LDP_ESTIMATE_TIMEOUT_S={args.big_timeout_s:g}: {big}.",
+            f"LDP_ESTIMATE_TIMEOUT_S={args.big_timeout_s:g}: {big}. The time limit stops an "
+            "estimate only where the estimation loops charge their work "
+            "(`aggregator/estimation/budget.py`); an answer of 200 after the limit means "
+            "they did not.",
         ]
     text = "\n".join(lines)
     print(text)

@@ -159,10 +159,19 @@ def browser() -> Browser:
 class Tab:
     """A page in its own browser context, recording console errors and taking screenshots."""
 
-    def __init__(self, browser: Browser, base_url: str, name: str, viewport: dict) -> None:
+    def __init__(
+        self,
+        browser: Browser,
+        base_url: str,
+        name: str,
+        viewport: dict,
+        storage_state: dict | None = None,
+    ) -> None:
         self.base = f"{base_url}/dashboard"
         self.name = name
-        self.context = browser.new_context(viewport=viewport, accept_downloads=True)
+        self.context = browser.new_context(
+            viewport=viewport, accept_downloads=True, storage_state=storage_state
+        )
         self.page: Page = self.context.new_page()
         self.page.set_default_timeout(RENDER_TIMEOUT_MS)
         self.errors: list[str] = []
@@ -208,9 +217,9 @@ class Tab:
 def tab_factory(browser, live_server, request):
     tabs: list[Tab] = []
 
-    def make(viewport: dict = LAPTOP, label: str = "") -> Tab:
+    def make(viewport: dict = LAPTOP, label: str = "", storage_state: dict | None = None) -> Tab:
         name = request.node.name.removeprefix("test_") + (f"-{label}" if label else "")
-        tab = Tab(browser, live_server.url, name, viewport)
+        tab = Tab(browser, live_server.url, name, viewport, storage_state)
         tabs.append(tab)
         return tab
 
@@ -220,12 +229,23 @@ def tab_factory(browser, live_server, request):
         tab.close()
 
 
+@pytest.fixture(scope="module")
+def signed_in_state(browser, live_server) -> dict:
+    """The cookies of one sign-in, shared by the tests that do not test signing in.
+
+    Signing in for every test would run into the sign-in rate limit (RATELIMIT_LOGIN).
+    """
+    tab = Tab(browser, live_server.url, "sign-in", LAPTOP)
+    tab.sign_in(live_server.analyst_token)
+    state = tab.context.storage_state()
+    tab.close()
+    return state
+
+
 @pytest.fixture
-def tab(tab_factory, live_server) -> Tab:
+def tab(tab_factory, signed_in_state) -> Tab:
     """A signed-in laptop-sized tab."""
-    signed_in = tab_factory()
-    signed_in.sign_in(live_server.analyst_token)
-    return signed_in
+    return tab_factory(storage_state=signed_in_state)
 
 
 def chart_trace(page: Page, element_id: str) -> dict:
@@ -278,6 +298,7 @@ def test_signed_out_access_is_refused(tab_factory, live_server, campaigns):
 
 
 def test_sign_in_lists_the_seeded_campaigns(tab, campaigns):
+    tab.goto("/")
     tab.shot("list")
     for key, mechanism in (
         ("fruit", "k-ary randomized response"),
@@ -608,3 +629,31 @@ def test_a_campaign_without_reports_draws_no_estimate(tab, seeder):
     assert tab.page.locator("#estimate-table tbody tr").count() == 0
     assert "No reports yet" in tab.page.inner_text("#series-chart")
     tab.assert_no_console_errors()
+
+
+def test_a_stopped_estimate_is_reported_and_not_asked_for_again_too_soon(tab, campaigns):
+    """A 503 from the server's time limit shows its message; the page waits Retry-After."""
+    fruit = campaigns["fruit"]
+    message = "the estimate did not finish within 30 s (the server's LDP_ESTIMATE_TIMEOUT_S)"
+    asked: list[str] = []
+
+    def stopped(route):
+        asked.append(route.request.url)
+        route.fulfill(
+            status=503,
+            headers={"Retry-After": "600"},
+            json={"error": {"code": "estimate_timed_out", "message": message, "field": None}},
+        )
+
+    tab.page.route(f"**/data/campaigns/{fruit['id']}/estimate?*", stopped)
+    tab.goto(f"/campaigns/{fruit['id']}")
+    expect(tab.page.locator("#estimate-message")).to_have_text(message)
+    tab.shot("stopped")
+    for _ in range(2):
+        with tab.page.expect_response(lambda response: "/summary" in response.url):
+            tab.page.click("#refresh-now")
+    assert len(asked) == 1
+    assert tab.page.is_hidden("#estimate-busy")
+    # Chromium logs the one 503 it was answered; nothing else may be logged.
+    assert len(tab.errors) == 1
+    assert "responded with a status of 503" in tab.errors[0]
