@@ -168,10 +168,7 @@ def parse_confidence(raw: str | None) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class EstimateLimits:
-    """The budget of one estimate: a cap on its work units and a time limit (None: none).
-
-    ``retry_after_s`` is what a client that hit the time limit is told to wait.
-    """
+    """The budget of one estimate: a cap on its work units and a time limit (None: none)."""
 
     max_work: int | None = DEFAULT_MAX_WORK
     timeout_s: float | None = DEFAULT_TIMEOUT_S
@@ -236,7 +233,7 @@ def bounded(
                 return function(*args, **kwargs)
         except budget.WorkLimitExceeded as exc:
             raise EstimateTooCostly(
-                f"{exc}, more than one estimate may take (the server's "
+                f"{exc}, the most one estimate may take (the server's "
                 "LDP_ESTIMATE_MAX_WORK; work is cells x iterations x replicates); "
                 "a cheaper method or a larger limit is needed",
                 field="method",
