@@ -62,7 +62,7 @@ def json_body() -> Any:
 
 def load_campaign(campaign_id: str) -> Campaign:
     """The campaign named in the URL (404 for an unknown or malformed id)."""
-    if not ID_PATTERN.match(campaign_id):
+    if not ID_PATTERN.fullmatch(campaign_id):
         raise APIError(404, "campaign_not_found", f"no campaign {campaign_id!r}")
     return get_store().get_campaign(campaign_id)
 
@@ -142,7 +142,7 @@ def submit_reports(campaign_id: str) -> flask.Response:
     same call; a spec that changed under the copy is read again and the
     reports checked again, once.
     """
-    if not ID_PATTERN.match(campaign_id):
+    if not ID_PATTERN.fullmatch(campaign_id):
         raise APIError(404, "campaign_not_found", f"no campaign {campaign_id!r}")
     store = get_store()
     campaign = store.campaign_for_reports(campaign_id)

@@ -3,15 +3,18 @@
 The commands other than ``serve`` work on the store directly (``--redis-url``
 or the embedded server in ``--data-dir``, started if it is not running), so
 they need no token: whoever can reach the store is already trusted with it.
+Only ``serve`` creates a store; the others refuse a data directory that holds
+none, and every command says on standard error which store it opened.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 import redis
@@ -28,21 +31,66 @@ from aggregator.redis_server import (
 from aggregator.retention import DAY_S, trim_all
 from aggregator.store import CLOSED, OPEN, CampaignStore
 from shared.errors import LDPError
+from shared.mechanisms import PlanarLaplace
 from shared.spec import CampaignSpec
+from shared.terminal import json_text, printable
+
+# Cells ``estimate`` shows for a location campaign unless told --top N or --all.
+DEFAULT_TOP_CELLS = 20
+# What the embedded Redis leaves in its data directory from its first start on.
+_STORE_FILES = ("appendonly.aof", "appendonlydir", "dump.rdb")
+
+
+def holds_store(data_dir: str | os.PathLike) -> bool:
+    """Whether ``data_dir`` holds an embedded Redis's data (it has been served from)."""
+    return any((Path(data_dir) / name).exists() for name in _STORE_FILES)
+
+
+def describe_url(url: str) -> str:
+    """A Redis URL as it may be printed: without its password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
 
 
 class StoreOpener:
-    """Opens the store once per command; stops an embedded server it had to start."""
+    """Opens the store once per command; stops an embedded server it had to start.
 
-    def __init__(self, redis_url: str | None, data_dir: str, fsync: str) -> None:
-        self._settings = (redis_url, data_dir, fsync)
+    Parameters
+    ----------
+    redis_url, data_dir, fsync
+        The group's options: an external Redis, else the embedded one in ``data_dir``.
+    may_create : bool
+        Whether an empty or missing ``data_dir`` may become a new store (``serve``).
+        Otherwise opening it is an error naming the directory looked in, so that an
+        admin command run from the wrong directory does not report on an empty store.
+    """
+
+    def __init__(
+        self, redis_url: str | None, data_dir: str, fsync: str, *, may_create: bool = False
+    ) -> None:
+        self.redis_url = redis_url
+        self.data_dir = data_dir
+        self.fsync = fsync
+        self.may_create = may_create
         self._url: str | None = None
         self.embedded: EmbeddedRedis | None = None
         self._store: CampaignStore | None = None
 
     def url(self) -> str:
         if self._url is None:
-            self._url, self.embedded = connect_url(*self._settings)
+            where = Path(self.data_dir).resolve()
+            if not self.redis_url and not self.may_create and not holds_store(where):
+                raise click.ClickException(
+                    f"no report store in {where}: run `ldp-aggregator serve` there first, or "
+                    "point to the server's store with --data-dir DIR (LDP_DATA_DIR) or "
+                    "--redis-url URL (LDP_REDIS_URL)"
+                )
+            self._url, self.embedded = connect_url(self.redis_url, self.data_dir, self.fsync)
+            store = describe_url(self._url) if self.redis_url else f"embedded Redis in {where}"
+            click.echo(f"Store: {printable(store)}", err=True)
         return self._url
 
     def store(self) -> CampaignStore:
@@ -57,8 +105,8 @@ class StoreOpener:
 
 def _fail(error: Exception) -> click.ClickException:
     if isinstance(error, redis.RedisError):
-        return click.ClickException(f"the report store is unavailable: {error}")
-    return click.ClickException(str(getattr(error, "message", error)))
+        return click.ClickException(f"the report store is unavailable: {printable(error)}")
+    return click.ClickException(printable(getattr(error, "message", error)))
 
 
 class _Group(click.Group):
@@ -71,7 +119,8 @@ class _Group(click.Group):
             raise _fail(exc) from exc
 
 
-@click.group(cls=_Group)
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ldp-collect", prog_name="ldp-aggregator")
 @click.option("--redis-url", envvar="LDP_REDIS_URL", help="External Redis (default: embedded).")
 @click.option(
     "--data-dir",
@@ -79,7 +128,8 @@ class _Group(click.Group):
     default=DEFAULT_DATA_DIR,
     show_default=True,
     type=click.Path(file_okay=False),
-    help="Directory of the embedded Redis (append-only file, snapshot, socket).",
+    help="Directory of the embedded Redis (append-only file, snapshot, socket) "
+    "[LDP_DATA_DIR]. Only serve creates it; the other commands need one that serve used.",
 )
 @click.option(
     "--fsync",
@@ -92,16 +142,31 @@ class _Group(click.Group):
 @click.pass_context
 def main(ctx: click.Context, redis_url: str | None, data_dir: str, fsync: str) -> None:
     """Aggregator of locally differentially private reports."""
-    opener = StoreOpener(redis_url, data_dir, fsync)
+    opener = StoreOpener(redis_url, data_dir, fsync, may_create=ctx.invoked_subcommand == "serve")
     ctx.obj = opener
     ctx.call_on_close(opener.close)
 
 
 def _echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    click.echo(json_text(data, indent=2))
+
+
+def _use_data_dir(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """``serve --data-dir DIR``: the same setting as the group's ``--data-dir``, given later."""
+    opener = ctx.find_object(StoreOpener)
+    if value is not None and opener is not None:
+        opener.data_dir = value
 
 
 @main.command()
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    expose_value=False,
+    callback=_use_data_dir,
+    help=f"Directory of the embedded Redis, created if missing [LDP_DATA_DIR; default "
+    f"{DEFAULT_DATA_DIR}]. Also accepted before 'serve'.",
+)
 @click.option("--host", envvar="LDP_HOST", default="127.0.0.1", show_default=True)
 @click.option(
     "--port", envvar="LDP_PORT", default=8000, show_default=True, type=click.IntRange(0, 65535)
@@ -159,7 +224,8 @@ def campaign_list(opener: StoreOpener, as_json: bool) -> None:
     for campaign in campaigns:
         spec = campaign.spec
         click.echo(
-            f"{spec.id}\t{spec.mechanism}\t{campaign.status}\t{campaign.n_reports}\t{spec.title}"
+            f"{printable(spec.id)}\t{spec.mechanism}\t{campaign.status}\t{campaign.n_reports}\t"
+            f"{printable(spec.title)}"
         )
 
 
@@ -221,6 +287,13 @@ def campaign_open(opener: StoreOpener, campaign_id: str) -> None:
     show_default=True,
 )
 @click.option(
+    "--top",
+    type=click.IntRange(1),
+    help=f"Show the N outputs with the largest estimated share "
+    f"[default: {DEFAULT_TOP_CELLS} cells for locations, every label in order otherwise].",
+)
+@click.option("--all", "show_all", is_flag=True, help="Show every output (cells by share).")
+@click.option(
     "--max-work",
     type=click.IntRange(min=1),
     envvar="LDP_ESTIMATE_MAX_WORK",
@@ -244,6 +317,8 @@ def estimate_command(
     campaign_id: str,
     method: str,
     confidence: str,
+    top: int | None,
+    show_all: bool,
     max_work: int,
     timeout_s: float,
     no_limits: bool,
@@ -251,6 +326,7 @@ def estimate_command(
 ) -> None:
     """Estimate a campaign's distribution with confidence intervals.
 
+    Locations show their cells' centres, largest estimated share first.
     The estimate is bounded like the server's (LDP_ESTIMATE_MAX_WORK,
     LDP_ESTIMATE_TIMEOUT_S) unless --no-limits is given.
     """
@@ -261,16 +337,37 @@ def estimate_command(
     if as_json:
         _echo_json(result)
         return
-    click.echo(f"campaign {campaign_id}  method {method}  n {result['n']}")
+    click.echo(f"campaign {printable(campaign.spec.id)}  method {method}  n {result['n']}")
     if result.get("n_iter") is not None:
         click.echo(f"iterations {result['n_iter']}  converged {result['converged']}")
-    level = f"{float(confidence):.0%}"
-    click.echo(f"{'label':<24} {'frequency':>10} {level + ' low':>10} {level + ' high':>10}")
-    for row in result["estimates"]:
+    rows = result["estimates"]
+    planar = isinstance(campaign.mechanism, PlanarLaplace)
+    if planar and top is None and not show_all:
+        top = DEFAULT_TOP_CELLS
+    shown = list(range(len(rows)))
+    if planar or (top is not None and not show_all):
+        shown.sort(key=lambda y: -rows[y]["frequency"])  # stable: ties keep their order
+    if top is not None and not show_all and top < len(rows):
+        shown = shown[:top]
         click.echo(
-            f"{row['label']:<24} {row['frequency']:>10.4f} {row['ci_low']:>10.4f} "
-            f"{row['ci_high']:>10.4f}"
+            f"the {top} of {len(rows)} {'cells' if planar else 'labels'} with the largest "
+            "estimated share (--all for every one)"
         )
+    level = f"{float(confidence):.0%}"
+    interval = f"{'frequency':>10} {level + ' low':>10} {level + ' high':>10}"
+    if planar:
+        click.echo(f"{'cell':<12} {'lat':>10} {'lon':>11} {interval}")
+    else:
+        click.echo(f"{'label':<24} {interval}")
+    for y in shown:
+        row = rows[y]
+        numbers = f"{row['frequency']:>10.4f} {row['ci_low']:>10.4f} {row['ci_high']:>10.4f}"
+        if planar:
+            centre = campaign.mechanism.report_value(y)
+            location = f"{centre['lat']:>10.5f} {centre['lon']:>11.5f}"
+            click.echo(f"{printable(row['label']):<12} {location} {numbers}")
+        else:
+            click.echo(f"{printable(row['label']):<24} {numbers}")
 
 
 @main.command("export")
@@ -339,13 +436,13 @@ def export_command(
             output.write(export.counts_csv(campaign, counts))
         else:
             body = export.counts_body(campaign, counts, store.hourly_counts(campaign_id))
-            output.write(json.dumps(body, indent=2, ensure_ascii=False) + "\n")
+            output.write(json_text(body, indent=2) + "\n")
     else:
         body, _ = estimates.cached_estimate(store, campaign, method, confidence)
         if output_format == "csv":
             output.write(export.estimate_csv(campaign, body))
         else:
-            output.write(json.dumps(body, indent=2, ensure_ascii=False) + "\n")
+            output.write(json_text(body, indent=2) + "\n")
     if output is not sys.stdout:
         click.echo(f"{data} written to {output.name}", err=True)
 
@@ -354,7 +451,7 @@ def _export_reports(store: CampaignStore, campaign: Any, output_format: str, out
     count = 0
     writer = None
     if output_format == "csv":
-        writer = csv.writer(output, lineterminator="\n")
+        writer = export.CSVWriter(output)
         writer.writerow(export.reports_csv_header(campaign))
     for report in store.iter_reports(campaign.spec.id):
         if writer is not None:

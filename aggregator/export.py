@@ -4,23 +4,30 @@ The HTTP endpoints (``?format=csv``) and ``ldp-aggregator export`` share
 these functions, so a file is the same whichever way it was fetched. CSV
 rows follow the output order; planar campaigns add each cell's row, column
 and centre, so a file can be mapped without the spec at hand.
+
+Every CSV file, here, in ``ldp-aggregator export`` and on the dashboard, is
+written by :class:`CSVWriter`: a text cell (a label, a value) that a
+spreadsheet would run as a formula gets a leading apostrophe, while numbers
+are written as numbers, so a negative estimate stays a negative number.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TextIO
 
 from aggregator.estimates import output_labels
 from aggregator.store import Campaign
 from shared.errors import ValidationError
 from shared.mechanisms import PlanarLaplace
+from shared.terminal import json_text
 
 FORMATS = ("json", "csv")
 CSV_MEDIA_TYPE = "text/csv; charset=utf-8"
+# A spreadsheet runs a cell that starts with one of these as a formula (CSV injection).
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
 
 def parse_format(raw: str | None) -> str:
@@ -62,9 +69,44 @@ def _cell_columns(campaign: Campaign) -> tuple[list[str], list[list[Any]]]:
     return ["row", "col", "lat", "lon"], extra
 
 
+def text_cell(text: str) -> str:
+    """``text`` as a spreadsheet should show it: a leading formula character gets an apostrophe.
+
+    This is OWASP's advice against CSV injection; the apostrophe is what a
+    spreadsheet itself puts before text that it must not evaluate.
+    """
+    return "'" + text if text.startswith(FORMULA_PREFIXES) else text
+
+
+class CSVWriter:
+    """A ``csv.writer`` whose text cannot start a formula: the one CSV writer of the aggregator.
+
+    A ``str`` cell is text from the outside world (a label, a reported value) and is
+    passed through :func:`text_cell`; numbers (``int``, ``float``) are written as
+    numbers (``float`` by ``repr``, so the file holds the JSON's values exactly), and
+    a negative one stays negative. Numbers must therefore be passed as numbers, never
+    preformatted as strings.
+    """
+
+    def __init__(self, output: TextIO) -> None:
+        self._writer = csv.writer(output, lineterminator="\n")
+        # csv quotes a cell holding the line terminator ("\n") but not a bare "\r", which
+        # readers then take for a line break: a row with one is written fully quoted.
+        self._quoting_writer = csv.writer(output, lineterminator="\n", quoting=csv.QUOTE_ALL)
+
+    def writerow(self, row: Iterable[Any]) -> None:
+        cells = [text_cell(cell) if isinstance(cell, str) else cell for cell in row]
+        carriage_return = any(isinstance(cell, str) and "\r" in cell for cell in cells)
+        (self._quoting_writer if carriage_return else self._writer).writerow(cells)
+
+    def writerows(self, rows: Iterable[Iterable[Any]]) -> None:
+        for row in rows:
+            self.writerow(row)
+
+
 def _csv(header: list[str], rows: Iterable[list[Any]]) -> str:
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = CSVWriter(buffer)
     writer.writerow(header)
     writer.writerows(rows)
     return buffer.getvalue()
@@ -92,9 +134,9 @@ def estimate_csv(campaign: Campaign, body: dict[str, Any]) -> str:
             [
                 row["label"],
                 *extra[y],
-                repr(row["frequency"]),
-                repr(row["ci_low"]),
-                repr(row["ci_high"]),
+                float(row["frequency"]),
+                float(row["ci_low"]),
+                float(row["ci_high"]),
             ]
             for y, row in enumerate(body["estimates"])
         ),
@@ -114,4 +156,4 @@ def reports_csv_row(report: dict[str, Any]) -> list[Any]:
 
 
 def reports_json_line(report: dict[str, Any]) -> str:
-    return json.dumps(report, separators=(",", ":"), ensure_ascii=False) + "\n"
+    return json_text(report, separators=(",", ":")) + "\n"

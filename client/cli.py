@@ -24,6 +24,7 @@ from client.policy import (
 from client.reporter import DRY_RUN, DUPLICATE, QUEUED, Reporter
 from client.transport import DEFAULT_TIMEOUT
 from shared.errors import LDPError, ValidationError
+from shared.terminal import printable
 
 FORGET_WARNING = (
     "Forgetting a campaign weakens your longitudinal protection: its pinned spec and the record "
@@ -57,7 +58,7 @@ class CLIError(click.ClickException):
     """A library error on its way out: ``Error: ...``, and the JSON object with ``--json``."""
 
     def __init__(self, error: dict[str, Any], as_json: bool):
-        super().__init__(error["message"])
+        super().__init__(printable(error["message"]))
         self.error = error
         self.as_json = as_json
 
@@ -119,7 +120,8 @@ class _Context:
             ) from exc
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ldp-collect", prog_name="ldp-client")
 @click.option(
     "--server", envvar="LDP_SERVER_URL", metavar="URL", help="Aggregator base URL [LDP_SERVER_URL]."
 )
@@ -216,13 +218,15 @@ def report(
         return
     if result.outcome == DRY_RUN:
         click.echo(
-            f"Dry run: nothing was spent, stored or sent. This would be POSTed to {result.url}:"
+            "Dry run: nothing was spent, stored or sent. "
+            f"This would be POSTed to {printable(result.url)}:"
         )
         click.echo(json.dumps(result.payload, indent=2))
         click.echo("(the report_id is drawn afresh for every real report; the value is memoized)")
     elif result.outcome == QUEUED:
         click.echo(
-            f"Queued on this device: {result.detail}. It will be sent by `ldp-client flush`."
+            f"Queued on this device: {printable(result.detail)}. "
+            "It will be sent by `ldp-client flush`."
         )
     elif result.outcome == DUPLICATE:
         click.echo("The server already had this report.")
@@ -261,7 +265,8 @@ def status(obj: _Context, as_json: bool) -> None:
         click.echo("No campaigns yet.")
     for c in info["campaigns"]:
         click.echo(
-            f"  {c['campaign']} @ {c['server']}: {c['mechanism']}, cost {c['cost_per_value']:.4g} "
+            f"  {printable(c['campaign'])} @ {printable(c['server'])}: {c['mechanism']}, "
+            f"cost {c['cost_per_value']:.4g} "
             f"per new value, {c['values_reported']} value(s), spent {c['spent']:.4g}, "
             f"{c['queued']} queued"
         )
@@ -270,7 +275,7 @@ def status(obj: _Context, as_json: bool) -> None:
     if queue["pending"]:
         click.echo(f"  next attempt: {_time(queue['next_attempt_at'])}")
         for error in queue["last_errors"]:
-            click.echo(f"  last error: {error}")
+            click.echo(f"  last error: {printable(error)}")
     if info["rejected"]:
         click.echo(f"Rejected by the server: {len(info['rejected'])} (details with --json)")
 
@@ -294,9 +299,9 @@ def flush(obj: _Context, due_only: bool, as_json: bool) -> None:
             f"{result.duplicates} already received; {result.remaining} still waiting."
         )
         for error in result.errors:
-            click.echo(f"  not reachable: {error}")
+            click.echo(f"  not reachable: {printable(error)}")
         for rejected in result.rejected:
-            click.echo(f"  rejected by the server: {rejected['message']}")
+            click.echo(f"  rejected by the server: {printable(rejected['message'])}")
     if result.errors or result.rejected:
         raise CLIError(
             {

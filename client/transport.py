@@ -55,7 +55,7 @@ def normalize_server_url(url: str) -> str:
 
 def check_campaign_id(campaign_id: Any) -> str:
     """A campaign id as the protocol allows it (so it is safe in a URL path)."""
-    if not isinstance(campaign_id, str) or not ID_PATTERN.match(campaign_id):
+    if not isinstance(campaign_id, str) or not ID_PATTERN.fullmatch(campaign_id):
         raise ValidationError(
             "a campaign id is 1-64 characters of a-z, 0-9, '-' or '_'",
             field="campaign",

@@ -156,7 +156,7 @@ def wait_until_up(server: Server, path: str) -> None:
             if len(server.workers()) >= 2:
                 time.sleep(0.5)
                 return
-        except requests.ConnectionError:
+        except requests.RequestException:  # refused, or accepted before a worker booted
             pass
         time.sleep(0.1)
     server.stop()

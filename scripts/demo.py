@@ -65,18 +65,23 @@ def _populations(users: int) -> list[tuple[dict, Population, int]]:
     ]
 
 
-def _wait_until_up(process: subprocess.Popen, url: str) -> None:
-    deadline = time.monotonic() + STARTUP_SECONDS
+def _wait_until_up(process: subprocess.Popen, url: str, seconds: float = STARTUP_SECONDS) -> None:
+    """Return once ``/health`` answers 200; ClickException if the server exits or never does.
+
+    gunicorn accepts connections before its workers have booted, so a request may
+    time out or be cut off while it starts: any request error means "not yet".
+    """
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise click.ClickException("the aggregator exited during start-up")
         try:
             if requests.get(f"{url}/api/v1/health", timeout=1).ok:
                 return
-        except requests.ConnectionError:
+        except requests.RequestException:
             pass
         time.sleep(0.2)
-    raise click.ClickException(f"the aggregator did not answer on {url} within {STARTUP_SECONDS} s")
+    raise click.ClickException(f"the aggregator did not answer on {url} within {seconds:g} s")
 
 
 def _existing_reports(url: str, campaign_id: str, analyst_token: str) -> int:
@@ -88,7 +93,7 @@ def _existing_reports(url: str, campaign_id: str, analyst_token: str) -> int:
     return int(response.json()["n"]) if response.ok else 0
 
 
-@click.command()
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
 @click.option(
@@ -108,8 +113,8 @@ def _existing_reports(url: str, campaign_id: str, analyst_token: str) -> int:
 @click.option("--exit-after-setup", is_flag=True, help="Stop the server once the demo is filled.")
 def main(host: str, port: int, data_dir: str, users: int, exit_after_setup: bool) -> None:
     """Run the aggregator with demo campaigns filled through the real client."""
-    admin_token = os.environ.get("LDP_ADMIN_TOKEN") or secrets.token_urlsafe(18)
-    analyst_token = os.environ.get("LDP_ANALYST_TOKEN") or secrets.token_urlsafe(18)
+    admin_token = os.environ.get("LDP_ADMIN_TOKEN") or secrets.token_urlsafe(32)
+    analyst_token = os.environ.get("LDP_ANALYST_TOKEN") or secrets.token_urlsafe(32)
     env = {
         **os.environ,
         "LDP_ADMIN_TOKEN": admin_token,
@@ -161,6 +166,10 @@ def main(host: str, port: int, data_dir: str, users: int, exit_after_setup: bool
             return
         click.echo("Serving until Ctrl-C.")
         server.wait()
+    except requests.RequestException as exc:
+        raise click.ClickException(
+            f"the aggregator stopped answering ({exc}); its log: {log_path}"
+        ) from exc
     except KeyboardInterrupt:
         pass
     finally:

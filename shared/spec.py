@@ -34,7 +34,8 @@ MAX_TITLE_LENGTH = 200
 MAX_EPSILON = 50.0
 MIN_CELL_SIZE_M = 1.0
 MAX_CELLS = 512 * 512
-ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+# Checked with fullmatch: "$" would also accept a trailing newline.
+ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 # Fields the server adds when it serves a spec; not part of the hashed spec.
 SERVER_FIELDS = frozenset({"status", "spec_hash", "created_at"})
@@ -114,7 +115,7 @@ class CampaignSpec:
             if required not in data:
                 raise SpecError(f"{required} is required", field=required)
         campaign_id = data["id"]
-        if not isinstance(campaign_id, str) or not ID_PATTERN.match(campaign_id):
+        if not isinstance(campaign_id, str) or not ID_PATTERN.fullmatch(campaign_id):
             raise SpecError(
                 "id must be 1-64 characters of a-z, 0-9, '-' or '_', starting with a letter or digit",
                 field="id",

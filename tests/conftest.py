@@ -93,7 +93,7 @@ def live_server(tmp_path_factory):
             try:
                 if requests.get(f"{url}/api/v1/health", timeout=1).status_code == 200:
                     break
-            except requests.ConnectionError:
+            except requests.RequestException:  # refused, or accepted before a worker booted
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the server did not start:\n{log_path.read_text()}")

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 TOUR_URL = "http://127.0.0.1:8000"
@@ -34,17 +36,32 @@ def test_python_examples_run(capsys):
     assert [line.split()[0] for line in printed.splitlines()] == ["cat", "dog", "fish", "none"]
 
 
+def test_the_demo_says_it_serves_until_ctrl_c():
+    demo_line = next(line for line in blocks("sh")[0].splitlines() if "scripts/demo.sh" in line)
+    assert "until Ctrl-C" in demo_line
+    shown = README.split("\nDashboard:", 1)[1].split("```", 1)[0]  # the demo's output
+    last_line = shown.strip().splitlines()[-1]
+    assert last_line == "Serving until Ctrl-C."
+    assert f'"{last_line}"' in (ROOT / "scripts" / "demo.py").read_text()
+
+
 def test_the_tour_runs_against_a_real_server(live_server, tmp_path):
     tour = next(block for block in blocks("sh") if "ldp-client report" in block)
     assert TOUR_URL in tour
-    bin_dir = Path(sys.executable).parent
-    path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    venv = Path(sys.prefix)
+    if not (venv / "bin" / "activate").is_file():
+        pytest.skip(f"the tests run outside a virtual environment ({sys.executable})")
     for command in ("ldp-client", "ldp-aggregator"):
-        assert shutil.which(command, path=path), (
-            f"{command} is not installed next to {sys.executable}"
-        )
+        assert (venv / "bin" / command).is_file(), f"{command} is not installed in {venv}"
+    # The console scripts are found only by activating .venv, as the tour tells a newcomer.
+    (tmp_path / ".venv").symlink_to(venv, target_is_directory=True)
+    path = os.pathsep.join(
+        folder
+        for folder in os.environ.get("PATH", "").split(os.pathsep)
+        if folder and not shutil.which("ldp-client", path=folder)
+    )
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"},
         "PATH": path,
         "LDP_REDIS_URL": live_server.redis_url,
         "LDP_CLIENT_HOME": str(tmp_path / "client"),

@@ -10,8 +10,6 @@ both taken from the same snapshot of the counts.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -30,8 +28,6 @@ METHOD_NAMES = {
     "clip": "Inversion, clipped and renormalised",
     "projection": "Inversion, projected onto the simplex",
 }
-# Spreadsheets run a cell that starts with one of these as a formula.
-_FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
 
 def iso_utc(timestamp: float | None) -> str | None:
@@ -146,33 +142,3 @@ def estimate_payload(store: CampaignStore, campaign: Campaign, body: dict) -> di
     if campaign.spec.mechanism == PLANAR_LAPLACE:
         payload["heatmap"] = heatmap_layers(campaign, store.counts(campaign.spec.id), payload)
     return payload
-
-
-def _cell(value: Any) -> Any:
-    if isinstance(value, str) and value.startswith(_FORMULA_PREFIXES):
-        return "'" + value
-    return value
-
-
-def estimate_csv(campaign: Campaign, payload: dict) -> str:
-    """The estimate as CSV: one line per category or grid cell, with its interval.
-
-    Planar campaigns add each cell's row, column and centre. A label that a
-    spreadsheet would run as a formula is written with a leading apostrophe.
-    """
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    planar = campaign.spec.mechanism == PLANAR_LAPLACE
-    header = ["label", "frequency", "ci_low", "ci_high"]
-    if planar:
-        header += ["row", "col", "lat", "lon"]
-        grid = campaign.spec.grid
-    writer.writerow(header)
-    for index, row in enumerate(payload["estimates"]):
-        line = [_cell(row["label"]), repr(row["frequency"]), repr(row["ci_low"])]
-        line.append(repr(row["ci_high"]))
-        if planar:
-            lat, lon = grid.centre(index)
-            line += [*divmod(index, grid.cols), lat, lon]
-        writer.writerow(line)
-    return out.getvalue()

@@ -14,7 +14,7 @@ from typing import Any
 
 import flask
 
-from aggregator import estimates
+from aggregator import estimates, export
 from aggregator.api import bounded_estimate, load_campaign
 from aggregator.dashboard import data, sessions
 from aggregator.dashboard.sessions import data_login_required, page_login_required
@@ -193,10 +193,10 @@ def download_estimate(campaign_id: str, fmt: str) -> flask.Response:
     campaign = load_campaign(campaign_id)
     body, _ = bounded_estimate(campaign, method, confidence)
     if fmt == "csv":
-        response = flask.Response(data.estimate_csv(campaign, body), mimetype="text/csv")
+        response = flask.Response(export.estimate_csv(campaign, body), mimetype="text/csv")
     else:
         response = flask.jsonify(body)
-    filename = f"{campaign_id}-estimate-{method}.{fmt}"
+    filename = f"{campaign.spec.id}-estimate-{method}.{fmt}"
     response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 

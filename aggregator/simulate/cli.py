@@ -112,6 +112,7 @@ def _flatten(values: tuple[list, ...]) -> list:
 
 
 @click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ldp-collect", prog_name="ldp-simulate")
 @click.option(
     "--population",
     "kind",

@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 import time
 
-from aggregator_testdata import KRR_SPEC, new_id
+import click
+import pytest
+from aggregator_testdata import KRR_SPEC, PLANAR_SPEC, new_id
 
-from aggregator.cli import main
+from aggregator.cli import describe_url, main
 from aggregator.redis_server import EmbeddedRedis
 from aggregator.store import StoredReport
+from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
+
+HOSTILE_TITLE = "Fruit\x1b]0;owned\x07\x1b[2J\x9b1m\u202e"
 
 
 def run(runner, redis_url, *args, **kwargs):
@@ -26,18 +31,18 @@ def write_spec(tmp_path, spec=KRR_SPEC):
 def test_create_list_show_close_open(runner, redis_url, tmp_path):
     created = run(runner, redis_url, "campaign", "create", write_spec(tmp_path))
     assert created.exit_code == 0, created.output
-    assert json.loads(created.output)["spec_hash"] == CampaignSpec.from_dict(KRR_SPEC).spec_hash
+    assert json.loads(created.stdout)["spec_hash"] == CampaignSpec.from_dict(KRR_SPEC).spec_hash
     listed = run(runner, redis_url, "campaign", "list")
-    assert listed.output.split("\t")[:4] == ["fruit", "krr", "open", "0"]
-    listed_json = json.loads(run(runner, redis_url, "campaign", "list", "--json").output)
+    assert listed.stdout.split("\t")[:4] == ["fruit", "krr", "open", "0"]
+    listed_json = json.loads(run(runner, redis_url, "campaign", "list", "--json").stdout)
     assert [(c["id"], c["status"], c["n_reports"]) for c in listed_json] == [("fruit", "open", 0)]
     assert run(runner, redis_url, "campaign", "close", "fruit").exit_code == 0
-    shown = json.loads(run(runner, redis_url, "campaign", "show", "fruit").output)
+    shown = json.loads(run(runner, redis_url, "campaign", "show", "fruit").stdout)
     assert shown["status"] == "closed"
     assert shown["n_reports"] == 0
     assert run(runner, redis_url, "campaign", "open", "fruit").exit_code == 0
     assert (
-        json.loads(run(runner, redis_url, "campaign", "show", "fruit").output)["status"] == "open"
+        json.loads(run(runner, redis_url, "campaign", "show", "fruit").stdout)["status"] == "open"
     )
 
 
@@ -62,10 +67,10 @@ def test_library_errors_become_error_lines(runner, redis_url, tmp_path):
     assert "not valid JSON" in not_json.stderr
     missing = run(runner, redis_url, "campaign", "show", "nope")
     assert missing.exit_code == 1
-    assert missing.stderr == "Error: no campaign 'nope'\n"
+    assert missing.stderr.endswith("\nError: no campaign 'nope'\n")
     down = runner.invoke(main, ["--redis-url", "redis://127.0.0.1:1/0", "campaign", "list"])
     assert down.exit_code == 1
-    assert down.stderr.startswith("Error: the report store is unavailable")
+    assert "\nError: the report store is unavailable" in down.stderr
 
 
 def test_estimates_table_and_json(runner, redis_url, store, tmp_path):
@@ -74,10 +79,10 @@ def test_estimates_table_and_json(runner, redis_url, store, tmp_path):
     store.ingest("fruit", [StoredReport(new_id(), i % 2, spec.domain[i % 2]) for i in range(60)])
     table = run(runner, redis_url, "estimate", "fruit", "--method", "inversion")
     assert table.exit_code == 0, table.output
-    lines = table.output.splitlines()
+    lines = table.stdout.splitlines()
     assert lines[0] == "campaign fruit  method inversion  n 60"
     assert [line.split()[0] for line in lines[-4:]] == list(spec.domain)
-    as_json = json.loads(run(runner, redis_url, "estimate", "fruit", "--json").output)
+    as_json = json.loads(run(runner, redis_url, "estimate", "fruit", "--json").stdout)
     assert as_json["method"] == "ibu"
     assert as_json["n"] == 60
     wrong = run(runner, redis_url, "estimate", "fruit", "--method", "median")
@@ -104,14 +109,42 @@ def test_export_writes_every_report_as_json_lines(runner, redis_url, store, tmp_
 
 def test_embedded_store_in_a_data_directory(runner, tmp_path):
     data = tmp_path / "data"
+    with EmbeddedRedis(data):  # what serve leaves behind
+        pass
     args = ["--data-dir", str(data)]
     created = runner.invoke(main, [*args, "campaign", "create", write_spec(tmp_path)])
     assert created.exit_code == 0, created.output
+    assert created.stderr == f"Store: embedded Redis in {data}\n"
     # The command stopped the server it started; the next one finds the campaign on disk.
     assert not EmbeddedRedis(data).is_running()
-    assert (data / "appendonly.aof").exists()
     listed = runner.invoke(main, [*args, "campaign", "list"])
-    assert listed.output.startswith("fruit\tkrr\topen")
+    assert listed.stdout.startswith("fruit\tkrr\topen")
+
+
+def test_admin_commands_do_not_create_a_store(runner, tmp_path, monkeypatch):
+    monkeypatch.delenv("LDP_REDIS_URL", raising=False)
+    monkeypatch.delenv("LDP_DATA_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    for command in (["campaign", "list"], ["campaign", "show", "fruit"], ["estimate", "fruit"]):
+        result = runner.invoke(main, command)
+        assert result.exit_code == 1, result.output
+        assert result.stderr.startswith(f"Error: no report store in {tmp_path / '.ldp-data'}: ")
+        assert "--data-dir" in result.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = runner.invoke(main, ["--data-dir", str(empty), "campaign", "list"])
+    assert result.exit_code == 1
+    assert f"no report store in {empty}" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+    assert list(empty.iterdir()) == []
+
+
+def test_commands_say_which_store_they_use(runner, redis_url):
+    listed = run(runner, redis_url, "campaign", "list")
+    assert listed.exit_code == 0
+    assert listed.stderr == f"Store: {redis_url}\n"
+    hidden = describe_url("redis://:hunter2@db.example:6380/1")
+    assert hidden == "redis://:***@db.example:6380/1"
 
 
 def test_retention_trims_old_raw_reports_and_keeps_counts(runner, redis_url, store, tmp_path):
@@ -120,12 +153,12 @@ def test_retention_trims_old_raw_reports_and_keeps_counts(runner, redis_url, sto
     store.ingest("fruit", [StoredReport(new_id(), 0, spec.domain[0]) for _ in range(5)])
     kept = run(runner, redis_url, "retention", "--days", "1")
     assert kept.exit_code == 0, kept.output
-    assert kept.output == "fruit\t0 raw reports removed\n"
+    assert kept.stdout == "fruit\t0 raw reports removed\n"
     # Stream ids are milliseconds: once one has passed, a retention far below it drops
     # every report, and the counts stay.
     time.sleep(0.01)
     trimmed = run(runner, redis_url, "retention", "--days", "1e-12")
-    assert trimmed.output == "fruit\t5 raw reports removed\n"
+    assert trimmed.stdout == "fruit\t5 raw reports removed\n"
     assert list(store.iter_reports("fruit")) == []
     assert store.counts("fruit") == {0: 5}
     assert run(runner, redis_url, "retention", "--days", "0").exit_code == 2
@@ -147,3 +180,110 @@ def test_enrollment_issue_refuses_open_campaigns(runner, redis_url, tmp_path):
     refused = run(runner, redis_url, "enrollment", "issue", "fruit")
     assert refused.exit_code == 1
     assert "does not require enrollment" in refused.stderr
+
+
+def test_titles_and_labels_print_with_their_control_characters_escaped(
+    runner, redis_url, store, tmp_path
+):
+    labels = ["apple\x1b[31m", "banana", "cherry", "damson"]
+    spec_path = write_spec(tmp_path, {**KRR_SPEC, "title": HOSTILE_TITLE, "domain": labels})
+    created = run(runner, redis_url, "campaign", "create", spec_path)
+    listed = run(runner, redis_url, "campaign", "list")
+    shown = run(runner, redis_url, "campaign", "show", "fruit")
+    store.ingest("fruit", [StoredReport(new_id(), 0, labels[0]) for _ in range(5)])
+    table = run(runner, redis_url, "estimate", "fruit")
+    for result in (created, listed, shown, table):
+        assert result.exit_code == 0, result.output
+        assert not {"\x1b", "\x07", "\x9b", "\u202e"} & set(result.output)
+    assert listed.stdout.split("\t")[-1] == "Fruit\\x1b]0;owned\\x07\\x1b[2J\\x9b1m\\u202e\n"
+    # The JSON still parses to the title as it is.
+    assert json.loads(created.stdout)["title"] == json.loads(shown.stdout)["title"] == HOSTILE_TITLE
+    assert "apple\\x1b[31m" in table.stdout
+
+
+def every_command(group, path=()):
+    for name, command in group.commands.items():
+        yield [*path, name]
+        if isinstance(command, click.Group):
+            yield from every_command(command, (*path, name))
+
+
+def test_version_and_short_help_on_every_command(runner):
+    version = runner.invoke(main, ["--version"])
+    assert version.exit_code == 0
+    assert version.stdout.startswith("ldp-aggregator, version ")
+    commands = [[], *every_command(main)]
+    assert ["campaign", "list"] in commands
+    for command in commands:
+        result = runner.invoke(main, [*command, "-h"])
+        assert result.exit_code == 0, (command, result.output)
+        assert result.stdout.startswith(f"Usage: main {' '.join(command)}".rstrip())
+
+
+def test_serve_takes_the_data_directory_after_the_command(runner, tmp_path, monkeypatch):
+    import aggregator.wsgi
+
+    assert "--data-dir" in runner.invoke(main, ["serve", "-h"]).stdout
+    served = {}
+    monkeypatch.setattr(aggregator.wsgi, "run_gunicorn", lambda **options: served.update(options))
+    monkeypatch.delenv("LDP_DATA_DIR", raising=False)
+    monkeypatch.setenv("LDP_REDIS_URL", "")  # serve sets it for its workers
+    monkeypatch.setenv("LDP_ADMIN_TOKEN", "admin-" + "a" * 40)
+    monkeypatch.setenv("LDP_ANALYST_TOKEN", "analyst-" + "b" * 40)
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "served"
+    result = runner.invoke(main, ["serve", "--data-dir", str(data), "--port", "8123"])
+    assert result.exit_code == 0, result.output
+    assert served["port"] == 8123
+    assert result.stderr.startswith(f"Store: embedded Redis in {data}\n")
+    assert (data / "appendonly.aof").exists()
+    assert not (tmp_path / ".ldp-data").exists()
+
+
+@pytest.fixture
+def planar_estimate(runner, redis_url, store, tmp_path):
+    created = run(runner, redis_url, "campaign", "create", write_spec(tmp_path, PLANAR_SPEC))
+    assert created.exit_code == 0
+    spec = CampaignSpec.from_dict(PLANAR_SPEC)
+    mechanism = Mechanism.from_spec(spec)
+    # Reports in three cells, most in the last one: share order is not cell order.
+    cells = [spec.grid.n_cells - 1] * 30 + [0] * 20 + [5] * 10
+    store.ingest("where", [StoredReport(new_id(), y, mechanism.report_value(y)) for y in cells])
+    return spec, mechanism
+
+
+def table_rows(output):
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("cell ")) + 1
+    return [line.split() for line in lines[start:]]
+
+
+def test_planar_estimate_shows_the_top_cells_with_their_centres(runner, redis_url, planar_estimate):
+    spec, mechanism = planar_estimate
+    assert spec.grid.n_cells > 20
+    table = run(runner, redis_url, "estimate", "where", "--method", "inversion")
+    assert table.exit_code == 0, table.output
+    assert f"the 20 of {spec.grid.n_cells} cells with the largest estimated share" in table.stdout
+    rows = table_rows(table.stdout)
+    assert len(rows) == 20
+    shares = [float(row[3]) for row in rows]
+    assert shares == sorted(shares, reverse=True)
+    last = spec.grid.n_cells - 1
+    row, col = divmod(last, spec.grid.cols)
+    centre = mechanism.report_value(last)
+    assert rows[0][:3] == [f"r{row}c{col}", f"{centre['lat']:.5f}", f"{centre['lon']:.5f}"]
+    every = table_rows(run(runner, redis_url, "estimate", "where", "--all").stdout)
+    assert len(every) == spec.grid.n_cells
+    assert len(table_rows(run(runner, redis_url, "estimate", "where", "--top", "3").stdout)) == 3
+
+
+def test_categorical_estimate_keeps_label_order_unless_asked_for_the_top(
+    runner, redis_url, store, tmp_path
+):
+    run(runner, redis_url, "campaign", "create", write_spec(tmp_path))
+    spec = CampaignSpec.from_dict(KRR_SPEC)
+    store.ingest("fruit", [StoredReport(new_id(), 3, spec.domain[3]) for _ in range(40)])
+    table = run(runner, redis_url, "estimate", "fruit", "--method", "inversion")
+    assert [line.split()[0] for line in table.stdout.splitlines()[-4:]] == list(spec.domain)
+    top = run(runner, redis_url, "estimate", "fruit", "--method", "inversion", "--top", "1")
+    assert top.stdout.splitlines()[-1].split()[0] == spec.domain[3]

@@ -98,6 +98,53 @@ def test_exports_need_the_analyst_role_and_a_known_format(client, analyst, krr_c
     assert unknown.get_json()["error"]["field"] == "fmt"
 
 
+def test_an_id_ending_in_a_newline_is_refused(client, admin):
+    response = client.post(BASE, json={**KRR_SPEC, "id": "fruit\n"}, headers=admin)
+    assert response.status_code == 422
+    assert response.get_json()["error"]["field"] == "id"
+
+
+FORMULAS = ["=1+1", "+SUM(A1)", "-2+3", "@cmd", "\tTAB", "\rCR", "a\rb", "plain"]
+DEFUSED = ["'=1+1", "'+SUM(A1)", "'-2+3", "'@cmd", "'\tTAB", "'\rCR", "a\rb", "plain"]
+
+
+@pytest.fixture
+def formula_campaign(client, admin):
+    spec = {**KRR_SPEC, "id": "formula", "domain": FORMULAS}
+    assert client.post(BASE, json=spec, headers=admin).status_code == 201
+    # Only "plain" is reported: inversion then estimates the other labels below zero.
+    submit(client, "formula", ["plain"] * 30 + ["=1+1"] * 2)
+    return spec
+
+
+def test_csv_text_cannot_start_a_formula_and_numbers_stay_numbers(
+    client, analyst, formula_campaign
+):
+    counts = rows_of(
+        client.get(f"{BASE}/formula/counts?format=csv", headers=analyst).get_data(as_text=True)
+    )
+    assert [row["label"] for row in counts] == DEFUSED
+    assert [row["count"] for row in counts] == ["2", "0", "0", "0", "0", "0", "0", "30"]
+    url = f"{BASE}/formula/estimate?method=inversion"
+    body = client.get(url, headers=analyst).get_json()
+    rows = rows_of(client.get(f"{url}&format=csv", headers=analyst).get_data(as_text=True))
+    assert [row["label"] for row in rows] == DEFUSED
+    assert any(row["frequency"] < 0 for row in body["estimates"])
+    for row, expected in zip(rows, body["estimates"], strict=True):
+        for column in ("frequency", "ci_low", "ci_high"):
+            assert float(row[column]) == expected[column]  # "'-0.01" would not parse
+
+
+def test_cli_csv_exports_defuse_formulas(runner, redis_url, client, analyst, formula_campaign):
+    reports = rows_of(run(runner, redis_url, "export", "formula", "--format", "csv"))
+    assert sorted({row["value"] for row in reports}) == ["'=1+1", "plain"]
+    for data in ("counts", "estimate"):
+        printed = run(runner, redis_url, "export", "formula", "--data", data, "--format", "csv")
+        served = client.get(f"{BASE}/formula/{data}?format=csv", headers=analyst)
+        assert printed == served.get_data(as_text=True)
+        assert [row["label"] for row in rows_of(printed)] == DEFUSED
+
+
 # -- the estimate cache ------------------------------------------------------------------------
 
 
@@ -193,7 +240,7 @@ def test_cli_exports_reports_as_csv(runner, redis_url, fruit_counts):
 def test_cli_export_of_an_unknown_campaign_fails(runner, redis_url):
     result = runner.invoke(main, ["--redis-url", redis_url, "export", "nope", "--data", "counts"])
     assert result.exit_code == 1
-    assert result.stderr == "Error: no campaign 'nope'\n"
+    assert result.stderr.endswith("\nError: no campaign 'nope'\n")
 
 
 def test_the_cli_shares_the_estimate_cache(runner, redis_url, client, analyst, fruit_counts):

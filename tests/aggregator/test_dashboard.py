@@ -329,6 +329,17 @@ def test_csv_defuses_spreadsheet_formulas(signed_in, admin):
     assert labels == ["'=1+1", "'@cmd", "plain", "'-5"]
 
 
+def test_csv_download_is_the_api_file(signed_in, planar_campaign, analyst):
+    spec = CampaignSpec.from_dict(PLANAR_SPEC)
+    centre = spec.grid.centre(3)
+    post_reports(signed_in, PLANAR_SPEC, [{"lat": centre[0], "lon": centre[1]}] * 30, seed=7)
+    ours = signed_in.get("/dashboard/data/campaigns/where/estimate.csv?method=inversion")
+    api = signed_in.get(
+        "/api/v1/campaigns/where/estimate?method=inversion&format=csv", headers=analyst
+    )
+    assert ours.get_data(as_text=True) == api.get_data(as_text=True)
+
+
 def test_planar_csv_gives_cells_and_centres(signed_in, planar_campaign):
     spec = CampaignSpec.from_dict(PLANAR_SPEC)
     centre = spec.grid.centre(0)

@@ -22,6 +22,13 @@ def run(*args: str):
     return CliRunner().invoke(main, ["--no-progress", *args], catch_exceptions=False)
 
 
+def test_version_and_short_help():
+    version = run("--version")
+    assert version.exit_code == 0
+    assert version.output.startswith("ldp-simulate, version ")
+    assert run("-h").output.startswith("Usage: main [OPTIONS]")
+
+
 def test_epsilon_and_n_notations():
     assert parse_epsilon("ln(2)/100") == pytest.approx(math.log(2) / 100)
     assert parse_epsilon(" ln(8) ") == pytest.approx(math.log(8))

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 
 import pytest
 from click.testing import CliRunner
+from client_fakes import SERVER, FakeAggregator
 
 from client.cli import cli
+from client.reporter import Reporter
 
 
 @pytest.fixture
@@ -42,6 +45,16 @@ def test_usage_errors_exit_2(run, args, message):
     result = run(*args)
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_version_and_short_help_on_every_command(run):
+    version = run("--version")
+    assert version.exit_code == 0
+    assert version.output.startswith("ldp-client, version ")
+    for command in [[], *([name] for name in cli.commands)]:
+        result = run(*command, "-h")
+        assert result.exit_code == 0, (command, result.output)
+        assert result.stdout.startswith(f"Usage: cli {' '.join(command)}".rstrip())
 
 
 def test_report_without_a_server_is_an_error(run):
@@ -91,3 +104,23 @@ def test_flush_with_an_empty_queue(run):
     result = run("flush")
     assert result.exit_code == 0
     assert "Sent 0 new, 0 already received; 0 still waiting." in result.output
+
+
+class _FakeUnderAPrefix(FakeAggregator):
+    """The fake aggregator served under one extra path segment."""
+
+    def send(self, request, **kwargs):
+        request.url = re.sub(r"^(http://[^/]+)/[^/]+", r"\1", request.url)
+        return super().send(request, **kwargs)
+
+
+def test_status_prints_the_server_with_control_characters_escaped(run, fake, tmp_path):
+    prefixed = _FakeUnderAPrefix()
+    prefixed.specs, prefixed.status, prefixed.received = fake.specs, fake.status, fake.received
+    server = f"{SERVER}/\x1b]0;owned\x07"
+    with Reporter(server, state_dir=str(tmp_path / "state"), session=prefixed.session()) as device:
+        device.report("fruit", "apple")
+    result = run("status")
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert f"fruit @ {SERVER}/\\x1b]0;owned\\x07: krr" in result.output

@@ -12,7 +12,13 @@ import pytest
 import requests
 
 from client import ServerRejected, ServerUnavailable, UntrustedSpec
-from client.transport import AggregatorAPI, normalize_server_url, parse_retry_after
+from client.transport import (
+    AggregatorAPI,
+    check_campaign_id,
+    normalize_server_url,
+    parse_retry_after,
+)
+from shared.errors import ValidationError
 
 
 @pytest.fixture
@@ -157,3 +163,10 @@ def test_server_urls_are_checked(url):
 
 def test_server_urls_are_normalized():
     assert normalize_server_url(" https://h:1/p/ ") == "https://h:1/p"
+
+
+@pytest.mark.parametrize("campaign_id", ["fruit\n", "fruit\r\n", "fruit/x", ""])
+def test_campaign_ids_are_checked_whole(campaign_id):
+    with pytest.raises(ValidationError):
+        check_campaign_id(campaign_id)
+    assert check_campaign_id("fruit") == "fruit"

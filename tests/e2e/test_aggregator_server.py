@@ -77,7 +77,7 @@ class Server:
             assert self.process.poll() is None, (self.data_dir.parent / "server.log").read_text()
             try:
                 healthy = requests.get(f"{self.url}/health", timeout=1).status_code == 200
-            except requests.ConnectionError:
+            except requests.RequestException:  # refused, or accepted before a worker booted
                 healthy = False
             if healthy and len(self.workers()) == 2:
                 return

@@ -2,16 +2,89 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import socket
 import subprocess
 import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import click
+import pytest
 import requests
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_demo():
+    spec = importlib.util.spec_from_file_location("demo", ROOT / "scripts" / "demo.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    return demo
+
+
+class _Running:
+    """A server process that has not exited."""
+
+    def poll(self):
+        return None
+
+
+class _SlowToBoot(BaseHTTPRequestHandler):
+    """Accepts at once, like gunicorn's arbiter, but answers only once "the workers" boot."""
+
+    booted_at = 0.0
+
+    def do_GET(self):
+        time.sleep(max(self.booted_at - time.monotonic(), 0) + 0.01)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args):
+        pass
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        pass  # the client gave up on a request (its timeout): expected here
+
+
+@pytest.fixture
+def slow_server():
+    _SlowToBoot.booted_at = time.monotonic() + 2.5  # longer than one request's 1 s timeout
+    server = _QuietServer(("127.0.0.1", 0), _SlowToBoot)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_start_up_waits_through_read_timeouts(slow_server):
+    demo = load_demo()
+    demo._wait_until_up(_Running(), slow_server, seconds=20)
+    assert time.monotonic() >= _SlowToBoot.booted_at
+
+
+def test_a_server_that_never_answers_is_a_clear_error(slow_server):
+    demo = load_demo()
+    with pytest.raises(click.ClickException, match=r"did not answer .* within 1\.5 s"):
+        demo._wait_until_up(_Running(), slow_server, seconds=1.5)
+
+
+def test_demo_options_with_short_help():
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(load_demo().main, ["-h"])
+    assert result.exit_code == 0
+    assert "--exit-after-setup" in result.stdout
 
 
 def free_port() -> int:

@@ -163,7 +163,7 @@ def test_required_fields(missing):
 
 @pytest.mark.parametrize(
     "campaign_id",
-    ["", "-lead", "_lead", "Upper", "sp ace", "a" * 65, "dot.ted", "é", 5, None, True],
+    ["", "-lead", "_lead", "Upper", "sp ace", "a" * 65, "dot.ted", "é", "x\n", 5, None, True],
 )
 def test_bad_ids(campaign_id):
     rejected(with_changes(KRR_SPEC, id=campaign_id), "id")
