@@ -588,7 +588,9 @@ def test_raw_shares_are_drawn_beside_the_estimate(tab, seeder, campaigns):
 
 
 def test_shares_below_one_percent_get_tick_labels_that_differ(tab, seeder):
-    """A flat k-RR over 300 categories: every share is about 0.3%."""
+    """Every share drawn below 1% (a flat k-RR over 300 categories, its shares scaled to
+    at most 0.6% in the browser so that the case does not hang on the estimator's
+    interval widths): the axis must not label every tick "0%"."""
     flat = seeder.create(
         {
             "id": f"dash-flat-{SUFFIX}",
@@ -599,10 +601,20 @@ def test_shares_below_one_percent_get_tick_labels_that_differ(tab, seeder):
         }
     )
     seeder.post(flat, [flat["domain"][i % 300] for i in range(6000)], seed=5)
+    keys = ("frequency", "ci_low", "ci_high", "raw_frequency")
+
+    def scaled(route):
+        response = route.fetch()
+        body = response.json()
+        top = max(row[key] for row in body["estimates"] for key in keys)
+        for row in body["estimates"]:
+            for key in keys:
+                row[key] *= 0.006 / top
+        route.fulfill(response=response, json=body)
+
+    tab.page.route(f"**/data/campaigns/{flat['id']}/estimate?*", scaled)
     tab.open_campaign(flat["id"])
     tab.shot("small-shares")
-    api = seeder.get(f"/campaigns/{flat['id']}/estimate")
-    assert max(row["ci_high"] for row in api["estimates"]) < 0.01
     labels = y_tick_labels(tab.page)
     assert len(labels) >= 3
     assert len(set(labels)) == len(labels), labels
