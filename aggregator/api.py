@@ -9,13 +9,24 @@ from typing import Any
 
 import flask
 import limits
+import redis
 
 from aggregator import estimates, export
 from aggregator.auth import ADMIN, ANALYST, require
-from aggregator.db import get_channels, get_store
+from aggregator.db import get_capacity, get_channels, get_store
 from aggregator.errors import APIError
 from aggregator.reports import parse_submission
-from aggregator.store import STATUSES, Campaign, CampaignNotFound, RateLimit, SpecChanged
+from aggregator.store import (
+    STATUSES,
+    Campaign,
+    CampaignFull,
+    CampaignNotFound,
+    RateLimit,
+    ReportBudget,
+    ReportBudgetExceeded,
+    SpecChanged,
+    is_out_of_memory,
+)
 from shared.errors import ValidationError
 from shared.spec import ID_PATTERN, SERVER_FIELDS, CampaignSpec
 
@@ -69,8 +80,21 @@ def load_campaign(campaign_id: str) -> Campaign:
 
 @bp.get("/health")
 def health() -> flask.Response:
+    """Liveness, and whether reports are accepted: reads only, so it answers at a full store."""
     get_store().connection.ping()
-    return flask.jsonify({"status": "ok"})
+    capacity = get_capacity()
+    reading = capacity.reading()
+    return flask.jsonify(
+        {
+            "status": "ok",
+            "storage": {
+                "accepting_reports": not reading.full,
+                "used_fraction": reading.used_fraction,
+                "high_water": capacity.high_water if reading.limit_bytes else None,
+                "refused": capacity.refusals(),
+            },
+        }
+    )
 
 
 @bp.get("/campaigns")
@@ -125,12 +149,15 @@ def _parse_limit(setting: str) -> tuple[int, int]:
     return item.amount, item.get_expiry()
 
 
-def _report_rate_limit(campaign_id: str) -> RateLimit | None:
+def _report_limits() -> tuple[RateLimit | None, ReportBudget | None]:
+    """This client's submission limit and report budget (None when limits are off)."""
     config = flask.current_app.config
     if not config["RATELIMIT_ENABLED"]:
-        return None
+        return None, None
+    client = flask.request.remote_addr or "unknown"
     amount, window_s = _parse_limit(str(config["RATELIMIT_REPORTS"]))
-    return RateLimit(amount, window_s, flask.request.remote_addr or "unknown")
+    budget, budget_window_s = _parse_limit(str(config["REPORT_BUDGET"]))
+    return RateLimit(amount, window_s, client), ReportBudget(budget, budget_window_s, client)
 
 
 @bp.post("/campaigns/<campaign_id>/reports")
@@ -138,16 +165,19 @@ def submit_reports(campaign_id: str) -> flask.Response:
     """Validate and store reports: one Redis call on the usual path.
 
     The campaign's spec comes from the process's copy and the ingestion script
-    checks its hash, the campaign's status and the client's rate limit in the
-    same call; a spec that changed under the copy is read again and the
-    reports checked again, once.
+    checks its hash, the campaign's status, the client's rate limit and report
+    budget and the campaign's quota in the same call; a spec that changed under
+    the copy is read again and the reports checked again, once. Above the
+    store's high-water mark nothing is written (507 with ``Retry-After``).
     """
     if not ID_PATTERN.fullmatch(campaign_id):
         raise APIError(404, "campaign_not_found", f"no campaign {campaign_id!r}")
     store = get_store()
     campaign = store.campaign_for_reports(campaign_id)
     body = json_body()
-    rate_limit = _report_rate_limit(campaign_id)
+    rate_limit, report_budget = _report_limits()
+    capacity = get_capacity()
+    max_reports = int(flask.current_app.config["CAMPAIGN_MAX_REPORTS"] or 0)
     for attempt in (1, 2):
         enrollment_required = campaign.spec.enrollment_required
         try:
@@ -158,14 +188,26 @@ def submit_reports(campaign_id: str) -> flask.Response:
                 max_batch=flask.current_app.config["MAX_BATCH"],
                 enrollment_required=enrollment_required,
             )
+            capacity.check_reports(campaign_id, len(reports))
             result = store.ingest(
                 campaign_id,
                 reports,
                 enrollment_required=enrollment_required,
                 spec_hash=campaign.spec_hash,
                 rate_limit=rate_limit,
+                report_budget=report_budget,
+                max_reports=max_reports,
             )
             break
+        except (CampaignFull, ReportBudgetExceeded) as refusal:
+            capacity.record_refusal(refusal.code, campaign_id, len(reports))
+            raise
+        except redis.ResponseError as exc:
+            if not is_out_of_memory(exc):
+                raise
+            # Redis refused the script's first write (a flood overshot the high-water mark
+            # between two readings): nothing was stored.
+            raise capacity.storage_full(campaign_id, len(reports)) from exc
         except (ValidationError, SpecChanged, CampaignNotFound):
             # Refused against this process's copy: read the campaign again, and check
             # again only if its spec is not the one the copy had.

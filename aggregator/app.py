@@ -2,10 +2,11 @@
 
 Settings come from :data:`DEFAULTS`, then ``test_config`` if given, else the
 environment (``LDP_ADMIN_TOKEN``, ``LDP_ANALYST_TOKEN``, ``LDP_REDIS_URL``,
-``LDP_DATA_DIR``, ...; see ``docs/aggregator.md``). Nothing connects until
-the first request needs the store: then :func:`aggregator.db.get_store` opens the Redis
-named by ``REDIS_URL`` or, if none is named, starts (or reuses) the embedded
-server in ``DATA_DIR``.
+``LDP_DATA_DIR``, ...; see ``docs/aggregator.md``). The factory refuses weak
+tokens (:func:`aggregator.auth.check_token_strength`) and bad settings with a
+ValueError. Nothing connects until the first request needs the store: then
+:func:`aggregator.db.get_store` opens the Redis named by ``REDIS_URL`` or, if
+none is named, starts (or reuses) the embedded server in ``DATA_DIR``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import flask
 from flask.sessions import SecureCookieSessionInterface, SessionMixin
 from flask_limiter import Limiter
 from flask_limiter.util import get_remote_address
+from werkzeug.middleware.proxy_fix import ProxyFix
 
-from aggregator import api, cors, dashboard, enrollment, openapi, ratelimits
+from aggregator import api, auth, cors, dashboard, enrollment, openapi, ratelimits
+from aggregator.capacity import DEFAULT_CHECK_INTERVAL_S, DEFAULT_HIGH_WATER
 from aggregator.db import EXTENSION, StoreHandle
 from aggregator.errors import register_error_handlers
 from aggregator.estimates import (
@@ -28,23 +31,40 @@ from aggregator.estimates import (
     LIMITS_EXTENSION,
     EstimateLimits,
 )
-from aggregator.redis_server import DEFAULT_DATA_DIR, DEFAULT_FSYNC
-from aggregator.reports import DEFAULT_MAX_BATCH
-from aggregator.store import DEFAULT_REPORT_ID_TTL_S
+from aggregator.redis_server import DEFAULT_DATA_DIR, DEFAULT_FSYNC, parse_memory_size
+from aggregator.reports import DEFAULT_MAX_BATCH, DEFAULT_REPORT_BUDGET
+from aggregator.store import DEFAULT_CAMPAIGN_MAX_REPORTS, DEFAULT_REPORT_ID_TTL_S
 
 DEFAULTS: dict[str, Any] = {
     "ADMIN_TOKEN": None,
     "ANALYST_TOKEN": None,
+    # Development only: accept tokens that are short or published as examples.
+    "ALLOW_WEAK_TOKENS": False,
     "REDIS_URL": None,
     "DATA_DIR": DEFAULT_DATA_DIR,
     "REDIS_FSYNC": DEFAULT_FSYNC,
+    # The embedded Redis's maxmemory (bytes or "512mb"); None: a quarter of the machine's.
+    "REDIS_MAXMEMORY": None,
+    "STORAGE_HIGH_WATER": DEFAULT_HIGH_WATER,
+    "STORAGE_CHECK_INTERVAL_S": DEFAULT_CHECK_INTERVAL_S,
     "REPORT_ID_TTL_S": DEFAULT_REPORT_ID_TTL_S,
     "MAX_BATCH": DEFAULT_MAX_BATCH,
     "MAX_CONTENT_LENGTH": 1024 * 1024,
+    "CAMPAIGN_MAX_REPORTS": DEFAULT_CAMPAIGN_MAX_REPORTS,
     "RATELIMIT_REPORTS": "600 per minute",
+    "REPORT_BUDGET": DEFAULT_REPORT_BUDGET,
+    "RATELIMIT_AUTH_FAILURES": auth.DEFAULT_AUTH_FAILURE_LIMIT,
     "RATELIMIT_ENABLED": True,
     "RATELIMIT_HEADERS_ENABLED": True,
+    # A limiter counter that cannot be written (Redis at its memory limit) must not turn
+    # a health check or a read into a 503; failed sign-ins are counted separately, and
+    # fail closed (aggregator.auth).
+    "RATELIMIT_SWALLOW_ERRORS": True,
     "CORS_ORIGINS": cors.DEFAULT_ORIGINS,
+    # Proxies in front of the app whose X-Forwarded-For/-Proto are trusted (0: none).
+    "TRUSTED_PROXIES": 0,
+    # None: the session cookie is Secure when the request came over HTTPS.
+    "SESSION_COOKIE_SECURE": None,
     "ESTIMATE_MAX_WORK": DEFAULT_MAX_WORK,
     "ESTIMATE_TIMEOUT_S": DEFAULT_TIMEOUT_S,
 }
@@ -76,12 +96,32 @@ def _unless_reports(hook: Callable[[], Any]) -> Callable[[], Any]:
 
 
 class _SessionInterface(SecureCookieSessionInterface):
-    """Flask's signed-cookie sessions, not opened for the API (it authenticates by token)."""
+    """Flask's signed-cookie sessions, not opened for the API (it authenticates by token).
+
+    The cookie is ``Secure`` when ``SESSION_COOKIE_SECURE`` says so, or, when it is
+    unset, when the request came over HTTPS (directly, or through a trusted proxy
+    that says so: ``TRUSTED_PROXIES``).
+    """
 
     def open_session(self, app: flask.Flask, request: flask.Request) -> SessionMixin | None:
         if request.path.startswith("/api/"):
             return self.null_session_class()
         return super().open_session(app, request)
+
+    def get_cookie_secure(self, app: flask.Flask) -> bool:
+        configured = app.config["SESSION_COOKIE_SECURE"]
+        if configured is None:
+            return flask.has_request_context() and flask.request.is_secure
+        return bool(configured)
+
+
+def _check_settings(config: flask.Config) -> None:
+    """Refuse weak tokens and malformed settings before anything starts (ValueError)."""
+    auth.check_token_strength(config)
+    parse_memory_size(config["REDIS_MAXMEMORY"])
+    proxies = config["TRUSTED_PROXIES"]
+    if isinstance(proxies, bool) or not isinstance(proxies, int) or proxies < 0:
+        raise ValueError(f"LDP_TRUSTED_PROXIES must be a whole number >= 0, got {proxies!r}")
 
 
 def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
@@ -92,9 +132,14 @@ def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
         app.config.from_prefixed_env("LDP")
     else:
         app.config.from_mapping(test_config)
+    _check_settings(app.config)
     app.config.setdefault("RATELIMIT_STORAGE_URI", _limiter_storage(app.config["REDIS_URL"]))
     app.json.sort_keys = False
     app.session_interface = _SessionInterface()
+    proxies = app.config["TRUSTED_PROXIES"]
+    if proxies:
+        # Client address (rate limits) and scheme (the Secure cookie) from the proxies' headers.
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=proxies, x_proto=proxies)  # type: ignore[method-assign]
 
     app.extensions[EXTENSION] = StoreHandle(app.config)
     app.extensions[LIMITS_EXTENSION] = EstimateLimits.from_config(app.config)

@@ -3,24 +3,72 @@
 The tokens are server settings (``LDP_ADMIN_TOKEN``, ``LDP_ANALYST_TOKEN``);
 the admin token also opens analyst endpoints. A role whose token is not
 configured cannot be used at all. Tokens are compared in constant time.
+
+* No token: 401. A token that is none of the configured ones: 401 (with
+  ``WWW-Authenticate: Bearer``), and the failure is counted against the
+  client's address. A configured token without the role: 403.
+* Failed attempts (here and on the dashboard's sign-in form) are limited per
+  address by ``RATELIMIT_AUTH_FAILURES``, counted in the store's Redis so the
+  limit holds across workers. Past it, every token attempt from that address
+  gets 429 with ``Retry-After`` before any token is compared, so the answer
+  says nothing about the token.
+* :func:`check_token_strength` refuses tokens shorter than
+  :data:`MIN_TOKEN_LENGTH` or published as examples, unless
+  ``ALLOW_WEAK_TOKENS`` is set (development only).
 """
 
 from __future__ import annotations
 
 import functools
 import hmac
-from collections.abc import Callable
-from typing import TypeVar
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import flask
+import limits
+from werkzeug.exceptions import TooManyRequests
 
+from aggregator.db import get_store
 from aggregator.errors import APIError
 
 ADMIN = "admin"
 ANALYST = "analyst"
 _ROLE_TOKENS = {ADMIN: ("ADMIN_TOKEN",), ANALYST: ("ANALYST_TOKEN", "ADMIN_TOKEN")}
+TOKEN_SETTINGS = ("ADMIN_TOKEN", "ANALYST_TOKEN")
+MIN_TOKEN_LENGTH = 32
+# Tokens that appear in the project's documentation and examples: known to everyone.
+EXAMPLE_TOKENS = frozenset({"change-me", "change-me-too", "admin-secret", "analyst-secret"})
+DEFAULT_AUTH_FAILURE_LIMIT = "10 per minute"
+FAILURES_KEY = "ldp:ratelimit-authfail:{client}:{window}"
 
 F = TypeVar("F", bound=Callable)
+
+
+class WeakTokenError(ValueError):
+    """A configured token is too short or a published example (names the setting only)."""
+
+
+def check_token_strength(config: Mapping[str, Any]) -> None:
+    """Refuse weak tokens unless ``ALLOW_WEAK_TOKENS`` is set; the message never shows a token."""
+    if config.get("ALLOW_WEAK_TOKENS"):
+        return
+    for name in TOKEN_SETTINGS:
+        value = config.get(name)
+        if value is None or value == "":
+            continue
+        token = str(value)
+        if token.strip().lower() in EXAMPLE_TOKENS:
+            reason = "is an example from the documentation"
+        elif len(token) < MIN_TOKEN_LENGTH:
+            reason = f"is shorter than {MIN_TOKEN_LENGTH} characters"
+        else:
+            continue
+        raise WeakTokenError(
+            f"LDP_{name} {reason}; generate one with "
+            "python -c 'import secrets; print(secrets.token_urlsafe(32))' "
+            "(or set LDP_ALLOW_WEAK_TOKENS=1 for development only)"
+        )
 
 
 def bearer_token() -> str | None:
@@ -38,14 +86,73 @@ def _matches(given: str, configured: object) -> bool:
     return hmac.compare_digest(given.encode(), str(configured).encode())
 
 
+@functools.lru_cache(maxsize=8)
+def _parse_limit(setting: str) -> tuple[int, int]:
+    item = limits.parse(setting)
+    return item.amount, item.get_expiry()
+
+
+def _failure_window() -> tuple[int, int, str] | None:
+    """(allowed failures, window seconds, this address's counter key), or None if unlimited."""
+    config = flask.current_app.config
+    if not config["RATELIMIT_ENABLED"]:
+        return None
+    amount, window_s = _parse_limit(str(config["RATELIMIT_AUTH_FAILURES"]))
+    client = flask.request.remote_addr or "unknown"
+    return amount, window_s, FAILURES_KEY.format(client=client, window=int(time.time() // window_s))
+
+
+def refuse_if_throttled() -> None:
+    """429 (``Retry-After``) if this address has used up its failed attempts (a read only)."""
+    window = _failure_window()
+    if window is None:
+        return
+    amount, window_s, key = window
+    failures = get_store().connection.get(key)
+    if failures is not None and int(failures) >= amount:
+        retry_after = max(window_s - int(time.time()) % window_s, 1)
+        raise TooManyRequests(
+            f"too many failed authentication attempts ({amount} per {window_s} s)",
+            retry_after=retry_after,
+        )
+
+
+def record_failure() -> None:
+    """Count a failed attempt from this address (shared by all workers through Redis).
+
+    The attempt that uses up the address's allowance is logged (once per window).
+    """
+    window = _failure_window()
+    if window is None:
+        return
+    amount, window_s, key = window
+    with get_store().connection.pipeline(transaction=True) as pipe:
+        pipe.incr(key)
+        pipe.expire(key, window_s)
+        failures = pipe.execute()[0]
+    if failures == amount:
+        flask.current_app.logger.warning(
+            "%d failed authentication attempts from %s within %d s: further token attempts "
+            "from this address get 429 until the window ends",
+            failures,
+            flask.request.remote_addr,
+            window_s,
+        )
+
+
 def check_role(role: str) -> None:
-    """Raise a 401 (no token) or 403 (token without this role) unless the request has ``role``."""
+    """Raise 401 (no or unknown token), 403 (token without ``role``) or 429 (throttled)."""
     token = bearer_token()
     if token is None:
         raise APIError(401, "unauthorized", f"this endpoint needs an {role} bearer token")
+    refuse_if_throttled()
     config = flask.current_app.config
-    if not any(_matches(token, config.get(name)) for name in _ROLE_TOKENS[role]):
+    if any(_matches(token, config.get(name)) for name in _ROLE_TOKENS[role]):
+        return
+    if any(_matches(token, config.get(name)) for name in TOKEN_SETTINGS):
         raise APIError(403, "forbidden", f"the token does not grant the {role} role")
+    record_failure()
+    raise APIError(401, "unauthorized", "the bearer token is not valid")
 
 
 def require(role: str) -> Callable[[F], F]:

@@ -25,8 +25,11 @@ from aggregator.redis_server import (
     DEFAULT_DATA_DIR,
     DEFAULT_FSYNC,
     FSYNC_POLICIES,
+    DataDirBusy,
+    DataDirLock,
     EmbeddedRedis,
     connect_url,
+    parse_memory_size,
 )
 from aggregator.retention import DAY_S, trim_all
 from aggregator.store import CLOSED, OPEN, CampaignStore
@@ -55,6 +58,10 @@ def describe_url(url: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
+# gunicorn's control socket (gunicornc), one per data directory so that servers do not share it.
+CONTROL = "gunicorn.ctl"
+
+
 class StoreOpener:
     """Opens the store once per command; stops an embedded server it had to start.
 
@@ -79,7 +86,8 @@ class StoreOpener:
         self.embedded: EmbeddedRedis | None = None
         self._store: CampaignStore | None = None
 
-    def url(self) -> str:
+    def url(self, **embedded_options: Any) -> str:
+        """The store's URL; ``embedded_options`` go to the embedded server if one is started."""
         if self._url is None:
             where = Path(self.data_dir).resolve()
             if not self.redis_url and not self.may_create and not holds_store(where):
@@ -88,7 +96,9 @@ class StoreOpener:
                     "point to the server's store with --data-dir DIR (LDP_DATA_DIR) or "
                     "--redis-url URL (LDP_REDIS_URL)"
                 )
-            self._url, self.embedded = connect_url(self.redis_url, self.data_dir, self.fsync)
+            self._url, self.embedded = connect_url(
+                self.redis_url, self.data_dir, self.fsync, **embedded_options
+            )
             store = describe_url(self._url) if self.redis_url else f"embedded Redis in {where}"
             click.echo(f"Store: {printable(store)}", err=True)
         return self._url
@@ -174,21 +184,52 @@ def _use_data_dir(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option(
     "--workers", envvar="LDP_WORKERS", default=2, show_default=True, type=click.IntRange(1, 64)
 )
+@click.option(
+    "--redis-maxmemory",
+    envvar="LDP_REDIS_MAXMEMORY",
+    help="Memory limit of the embedded Redis: bytes or e.g. 512mb, 0 for none "
+    "[default: a quarter of the machine's memory].",
+)
 @click.pass_obj
-def serve(opener: StoreOpener, host: str, port: int, workers: int) -> None:
+def serve(
+    opener: StoreOpener, host: str, port: int, workers: int, redis_maxmemory: str | None
+) -> None:
     """Serve the API with gunicorn workers sharing one Redis.
 
-    Without --redis-url the embedded Redis is started (or reused) in --data-dir
-    and stopped when the server stops. Tokens come from LDP_ADMIN_TOKEN and
-    LDP_ANALYST_TOKEN.
+    Without --redis-url the embedded Redis is started in --data-dir and stopped
+    when the server stops; one left running by a server that was killed is shut
+    down first. One serve per --data-dir. Tokens come from LDP_ADMIN_TOKEN and
+    LDP_ANALYST_TOKEN (at least 32 characters unless LDP_ALLOW_WEAK_TOKENS=1).
     """
+    from aggregator.app import create_app
     from aggregator.wsgi import run_gunicorn
 
-    url = opener.url()
+    try:
+        create_app()  # what every worker will build: refuses weak tokens, bad settings
+        parse_memory_size(redis_maxmemory)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    # The data directory is this server's only with the embedded Redis; with an external
+    # one, servers may share a machine (and gunicorn's control socket stays off).
+    lock = None if opener.redis_url else DataDirLock(opener.data_dir)
+    try:
+        if lock is not None:
+            lock.acquire()
+        url = opener.url(maxmemory=redis_maxmemory, exclusive=True)
+    except DataDirBusy as exc:
+        if lock is not None:
+            lock.release()
+        raise click.ClickException(str(exc)) from exc
     _warn_if_not_durable(url)
     # The workers build their app from the environment; they inherit this one.
     os.environ["LDP_REDIS_URL"] = url
-    run_gunicorn(host=host, port=port, workers=workers)
+    control = str(lock.data_dir / CONTROL) if lock is not None else None
+    try:
+        run_gunicorn(host=host, port=port, workers=workers, control_socket=control)
+    finally:
+        opener.close()  # Redis stops before the data directory is given up
+        if lock is not None:
+            lock.release()
 
 
 def _warn_if_not_durable(url: str) -> None:

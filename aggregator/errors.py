@@ -15,10 +15,13 @@ from werkzeug.exceptions import HTTPException
 from aggregator.store import (
     CampaignClosed,
     CampaignExists,
+    CampaignFull,
     CampaignNotFound,
     EnrollmentRefused,
     RateLimited,
+    ReportBudgetExceeded,
     SpecChanged,
+    StorageFull,
     StoreError,
 )
 from shared.errors import LDPError, ValidationError
@@ -32,6 +35,9 @@ _STORE_STATUS = {
     EnrollmentRefused: 403,
     SpecChanged: 409,
     RateLimited: 429,
+    ReportBudgetExceeded: 429,
+    CampaignFull: 507,
+    StorageFull: 507,
 }
 _HTTP_CODES = {
     400: "bad_request",
@@ -86,8 +92,9 @@ def _validation_error(error: ValidationError) -> flask.Response:
 
 def _store_error(error: StoreError) -> flask.Response:
     response = error_response(_STORE_STATUS.get(type(error), 409), error.code, error.message)
-    if isinstance(error, RateLimited):
-        response.headers["Retry-After"] = str(error.retry_after_s)
+    retry_after_s = getattr(error, "retry_after_s", None)
+    if retry_after_s is not None:
+        response.headers["Retry-After"] = str(retry_after_s)
     return response
 
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import flask
 import numpy as np
+import redis
 
 from aggregator.errors import APIError
 from aggregator.estimation import (
@@ -33,7 +34,7 @@ from aggregator.estimation import (
     estimate,
     poisoning,
 )
-from aggregator.store import Campaign, CampaignStore
+from aggregator.store import Campaign, CampaignStore, is_out_of_memory
 from shared.errors import ValidationError
 from shared.mechanisms import Mechanism, PlanarLaplace
 
@@ -449,13 +450,32 @@ class ComputeLock:
         self._connection = store.connection
         self._key = self.KEY.format(id=campaign_id, variant=variant, digest=digest)
         self._token = secrets.token_hex(16)
+        self._held = False
         timeout_s = None if limits is None else limits.timeout_s
         self._ttl_ms = int(
             1000 * (LOCK_WITHOUT_LIMIT_S if timeout_s is None else timeout_s + LOCK_MARGIN_S)
         )
 
     def acquire(self) -> bool:
-        return bool(self._connection.set(self._key, self._token, nx=True, px=self._ttl_ms))
+        """Take the lock if it is free; at Redis's memory limit, go on without one."""
+        try:
+            self._held = bool(
+                self._connection.set(self._key, self._token, nx=True, px=self._ttl_ms)
+            )
+        except redis.ResponseError as exc:
+            if not is_out_of_memory(exc):
+                raise
+            # No room for the lock (nor for the cache): compute without it rather than fail.
+            return True
+        return self._held
 
     def release(self) -> None:
-        self._connection.eval(_RELEASE_IF_OURS, 1, self._key, self._token)
+        if not self._held:
+            return
+        self._held = False
+        try:
+            self._connection.eval(_RELEASE_IF_OURS, 1, self._key, self._token)
+        except redis.ResponseError as exc:
+            if not is_out_of_memory(exc):
+                raise
+            # The lock expires on its own shortly.

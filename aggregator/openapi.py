@@ -59,7 +59,7 @@ _FORMAT = {
 def _errors(*statuses: int) -> dict[str, Any]:
     reasons = {
         400: "Malformed JSON",
-        401: "Missing bearer token",
+        401: "Missing or unknown bearer token",
         403: "Token without the needed role",
         404: "Unknown campaign",
         409: "Campaign closed, id taken, spec mismatch, or no enrollment",
@@ -67,6 +67,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
         415: "Body is not JSON",
         422: "Invalid input; `field` names it",
         429: "Rate limited; Retry-After says when to try again",
+        507: "Report store full or campaign quota reached; nothing stored",
     }
     return {str(status): _json(_ERROR, reasons[status]) for status in statuses}
 
@@ -176,7 +177,7 @@ def _enrollment_tokens_path() -> dict[str, Any]:
             },
             "responses": {
                 "201": _json(tokens, "Issued"),
-                **_errors(400, 401, 403, 404, 409, 413, 415, 422),
+                **_errors(400, 401, 403, 404, 409, 413, 415, 422, 429),
             },
         },
         "get": {
@@ -184,7 +185,7 @@ def _enrollment_tokens_path() -> dict[str, Any]:
             "security": admin,
             "responses": {
                 "200": _json(tokens, "Unused tokens"),
-                **_errors(401, 403, 404, 409),
+                **_errors(401, 403, 404, 409, 429),
             },
         },
     }
@@ -329,7 +330,7 @@ def document() -> dict[str, Any]:
                         "200": _json(
                             {"$ref": "#/components/schemas/Campaign"}, "The same spec existed"
                         ),
-                        **_errors(400, 401, 403, 409, 413, 415, 422),
+                        **_errors(400, 401, 403, 409, 413, 415, 422, 429),
                     },
                 },
             },
@@ -362,7 +363,7 @@ def document() -> dict[str, Any]:
                     },
                     "responses": {
                         "200": _json({"$ref": "#/components/schemas/Campaign"}, "Updated"),
-                        **_errors(400, 401, 403, 404, 413, 415, 422),
+                        **_errors(400, 401, 403, 404, 413, 415, 422, 429),
                     },
                 },
             },
@@ -412,7 +413,7 @@ def document() -> dict[str, Any]:
                             ),
                             "headers": _RATE_LIMIT_HEADERS,
                         },
-                        **_errors(400, 404, 409, 413, 415, 422, 429),
+                        **_errors(400, 404, 409, 413, 415, 422, 429, 507),
                     },
                 },
             },
@@ -423,7 +424,7 @@ def document() -> dict[str, Any]:
                     "security": admin,
                     "responses": {
                         "200": _json_or_csv({"type": "object"}, "Counts"),
-                        **_errors(401, 403, 404, 422),
+                        **_errors(401, 403, 404, 422, 429),
                     },
                 },
             },
@@ -461,7 +462,7 @@ def document() -> dict[str, Any]:
                                 }
                             },
                         ),
-                        **_errors(401, 403, 404, 422),
+                        **_errors(401, 403, 404, 422, 429),
                         "503": {
                             **_json(
                                 _ERROR,

@@ -19,6 +19,9 @@ from shared.errors import ReportError
 from shared.mechanisms import Mechanism
 
 DEFAULT_MAX_BATCH = 1000
+# New reports one address may store in one campaign per window (REPORT_BUDGET): at about
+# 200 bytes of Redis memory a report, 2 MB an hour per address and campaign.
+DEFAULT_REPORT_BUDGET = "10000 per hour"
 _REPORT_FIELDS = frozenset({"report_id", "value", "spec_hash", "enrollment_token"})
 # Enrollment tokens as issued (secrets.token_urlsafe), with room for other issuers.
 TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,128}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -31,6 +32,9 @@ STATUSES = (OPEN, CLOSED)
 # How long a report id is remembered for deduplication: retries come within minutes,
 # a queued report on an offline device may come weeks later.
 DEFAULT_REPORT_ID_TTL_S = 90 * 24 * 3600
+# Most reports one campaign may hold (CAMPAIGN_MAX_REPORTS; 0: no quota), about 2 GB of
+# Redis memory at today's 200 bytes a report: one campaign cannot take the whole store.
+DEFAULT_CAMPAIGN_MAX_REPORTS = 10_000_000
 EXPORT_CHUNK = 1000
 # Parsed specs kept per store: a spec never changes, and parsing a large domain on
 # every request would dominate it (about 0.1 s for 100,000 labels).
@@ -39,6 +43,8 @@ SPEC_CACHE_SIZE = 256
 # as soon as the counts change; the expiry only bounds the keys of unused methods and levels).
 ESTIMATE_CACHE_TTL_S = 24 * 3600
 _META_FIELDS = ("spec_hash", "status", "created_at", "n_reports")
+
+logger = logging.getLogger(__name__)
 
 
 class StoreError(LDPError):
@@ -67,6 +73,13 @@ class EnrollmentRefused(StoreError):
     """A report's enrollment token was never issued for the campaign, or is spent."""
 
     code = "enrollment_refused"
+
+
+def is_out_of_memory(error: redis.RedisError) -> bool:
+    """Whether Redis refused a write at its ``maxmemory`` (directly or inside a script)."""
+    return isinstance(error, redis.exceptions.OutOfMemoryError) or (
+        isinstance(error, redis.ResponseError) and "OOM command not allowed" in str(error)
+    )
 
 
 def token_digest(token: str) -> str:
@@ -114,6 +127,28 @@ class RateLimited(StoreError):
         self.retry_after_s = retry_after_s
 
 
+class ReportBudgetExceeded(RateLimited):
+    """The client's address has sent its reports for the current window (nothing stored)."""
+
+    code = "report_budget_exceeded"
+
+
+class CampaignFull(StoreError):
+    """The campaign holds its quota of reports (nothing stored)."""
+
+    code = "campaign_full"
+
+
+class StorageFull(StoreError):
+    """The store is near its memory limit and takes no new reports for now (nothing stored)."""
+
+    code = "storage_full"
+
+    def __init__(self, message: str, *, campaign_id: str, retry_after_s: int) -> None:
+        super().__init__(message, campaign_id=campaign_id)
+        self.retry_after_s = retry_after_s
+
+
 @dataclass(frozen=True)
 class RateLimit:
     """A fixed-window limit on one client's submissions to one campaign.
@@ -125,6 +160,15 @@ class RateLimit:
     amount: int
     window_s: int
     client: str
+
+
+class ReportBudget(RateLimit):
+    """A fixed-window budget of new reports (``amount``) one client may store in one campaign.
+
+    Counts reports, not submissions, in the ingestion script: a submission whose
+    new reports would overdraw it is refused whole (:class:`ReportBudgetExceeded`);
+    duplicates cost nothing.
+    """
 
 
 class StoredReport(NamedTuple):
@@ -161,6 +205,7 @@ class CampaignStore:
     ESTIMATE_KEY = "ldp:{{c:{id}}}:estimate:{variant}"
     TOKENS_KEY = "ldp:{{c:{id}}}:enrollment"
     RATE_KEY = "ldp:{{c:{id}}}:ratelimit:{client}:{window}"
+    BUDGET_KEY = "ldp:{{c:{id}}}:ratelimit-reports:{client}:{window}"
 
     def __init__(
         self,
@@ -260,7 +305,7 @@ class CampaignStore:
         if spec_hash in self._parsed:
             self._parsed.move_to_end(spec_hash)
             return self._parsed[spec_hash]
-        spec = CampaignSpec.from_dict(json.loads(self.connection.hget(key, "spec")))
+        spec = CampaignSpec.from_dict(json.loads(self.connection.hget(key, "spec")), stored=True)
         self._parsed[spec_hash] = spec, Mechanism.from_spec(spec)
         if len(self._parsed) > SPEC_CACHE_SIZE:
             self._parsed.popitem(last=False)
@@ -298,6 +343,8 @@ class CampaignStore:
         enrollment_required: bool = False,
         spec_hash: str | None = None,
         rate_limit: RateLimit | None = None,
+        report_budget: ReportBudget | None = None,
+        max_reports: int = 0,
         now: float | None = None,
     ) -> IngestResult:
         """Store reports not seen before, atomically; count the duplicates.
@@ -306,24 +353,20 @@ class CampaignStore:
         token in the same step (a retried report id is a duplicate, not refused).
         ``spec_hash``, if given, must be the stored spec's (else :class:`SpecChanged`);
         ``rate_limit`` counts this submission against the client's window in the same
-        step (:class:`RateLimited` once it is used up). Raises :class:`CampaignNotFound`,
-        :class:`CampaignClosed` or :class:`EnrollmentRefused` too; in every case
-        nothing is stored. Raw reports older than ``retention_s`` are trimmed from the
-        stream as new ones arrive.
+        step (:class:`RateLimited` once it is used up); ``report_budget`` counts the
+        new reports (:class:`ReportBudgetExceeded` if they would overdraw it);
+        ``max_reports`` > 0 caps the campaign's stored reports (:class:`CampaignFull`).
+        Raises :class:`CampaignNotFound`, :class:`CampaignClosed` or
+        :class:`EnrollmentRefused` too; in every case nothing is stored. Raw reports
+        older than ``retention_s`` are trimmed from the stream as new ones arrive.
         """
         moment = time.time() if now is None else now
         hour = int(moment // 3600 * 3600)
         min_id = 0 if self.retention_s is None else max(int((moment - self.retention_s) * 1000), 1)
-        if rate_limit is None:
-            limit, window_s, rate_key = (
-                0,
-                0,
-                self.RATE_KEY.format(id=campaign_id, client="", window=0),
-            )
-        else:
-            limit, window_s = rate_limit.amount, rate_limit.window_s
-            window = int(moment // window_s)
-            rate_key = self.RATE_KEY.format(id=campaign_id, client=rate_limit.client, window=window)
+        limit, window_s, rate_key = self._window(self.RATE_KEY, campaign_id, rate_limit, moment)
+        budget, budget_window_s, budget_key = self._window(
+            self.BUDGET_KEY, campaign_id, report_budget, moment
+        )
         keys = [
             self.CAMPAIGN_KEY.format(id=campaign_id),
             self.COUNTS_KEY.format(id=campaign_id),
@@ -331,6 +374,7 @@ class CampaignStore:
             self.STREAM_KEY.format(id=campaign_id),
             self.TOKENS_KEY.format(id=campaign_id),
             rate_key,
+            budget_key,
         ]
         args: list[Any] = [
             self.report_id_ttl_s,
@@ -340,6 +384,9 @@ class CampaignStore:
             spec_hash or "",
             limit,
             window_s,
+            budget,
+            budget_window_s,
+            int(max_reports),
         ]
         seen_prefix = self.SEEN_KEY.format(id=campaign_id, report_id="")
         args.append(len(seen_prefix.encode()))
@@ -387,11 +434,37 @@ class CampaignStore:
                 campaign_id=campaign_id,
                 retry_after_s=max(int(window_ttl), 1),
             )
+        if status == 6:
+            raise ReportBudgetExceeded(
+                f"report budget exceeded ({budget} new reports per {budget_window_s} s from "
+                "one address to this campaign); nothing was stored, retry later",
+                campaign_id=campaign_id,
+                retry_after_s=max(int(window_ttl), 1),
+            )
+        if status == 7:
+            raise CampaignFull(
+                f"campaign {campaign_id!r} holds its quota of {max_reports} reports; nothing "
+                "was stored",
+                campaign_id=campaign_id,
+            )
         return IngestResult(
             accepted=int(accepted),
             duplicates=int(duplicates),
             window_hits=int(hits),
             window_ttl_s=int(window_ttl),
+        )
+
+    def _window(
+        self, template: str, campaign_id: str, limit: RateLimit | ReportBudget | None, moment: float
+    ) -> tuple[int, int, str]:
+        """(amount, window seconds, counter key) of a fixed-window limit; amount 0: none."""
+        if limit is None:
+            return 0, 0, template.format(id=campaign_id, client="", window=0)
+        window = int(moment // limit.window_s)
+        return (
+            limit.amount,
+            limit.window_s,
+            template.format(id=campaign_id, client=limit.client, window=window),
         )
 
     # -- enrollment ----------------------------------------------------------------------
@@ -441,12 +514,23 @@ class CampaignStore:
     def cache_estimate(
         self, campaign_id: str, variant: str, counts_digest: str, body: bytes | str
     ) -> None:
-        """Keep an estimate body with the digest of the counts it was made from."""
+        """Keep an estimate body with the digest of the counts it was made from.
+
+        A cache, not a record: when Redis is at its memory limit the body is not
+        kept (and the next request computes it again), rather than failing a read.
+        """
         key = self.ESTIMATE_KEY.format(id=campaign_id, variant=variant)
-        with self.connection.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping={"counts_digest": counts_digest, "body": body})
-            pipe.expire(key, ESTIMATE_CACHE_TTL_S)
-            pipe.execute()
+        try:
+            with self.connection.pipeline(transaction=True) as pipe:
+                pipe.hset(key, mapping={"counts_digest": counts_digest, "body": body})
+                pipe.expire(key, ESTIMATE_CACHE_TTL_S)
+                pipe.execute()
+        except redis.ResponseError as exc:
+            if not is_out_of_memory(exc):
+                raise
+            logger.warning(
+                "estimate of campaign %r not cached: Redis is at its memory limit", campaign_id
+            )
 
     def iter_reports(self, campaign_id: str, *, chunk: int = EXPORT_CHUNK) -> Iterator[dict]:
         """Every stored report, oldest first: ``report_id``, ``value``, ``received_at``."""

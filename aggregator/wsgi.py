@@ -78,9 +78,20 @@ class _Server(BaseApplication):
         return self.app_factory()
 
 
-def gunicorn_options(*, host: str, port: int, workers: int) -> dict[str, Any]:
-    """The worker setup of ``serve`` (the ingestion benchmark runs its baseline with it too)."""
+def gunicorn_options(
+    *, host: str, port: int, workers: int, control_socket: str | None = None
+) -> dict[str, Any]:
+    """The worker setup of ``serve`` (the ingestion benchmark runs its baseline with it too).
+
+    ``control_socket`` is the path of gunicorn's control socket; without one, the
+    control socket is off (gunicorn's default path is one per user, which every
+    server would share).
+    """
+    control = (
+        {"control_socket": control_socket} if control_socket else {"control_socket_disable": True}
+    )
     return {
+        **control,
         "bind": f"{host}:{port}",
         "workers": workers,
         "worker_class": WORKER_CLASS,
@@ -94,8 +105,14 @@ def gunicorn_options(*, host: str, port: int, workers: int) -> dict[str, Any]:
 
 
 def run_gunicorn(
-    *, host: str, port: int, workers: int, app_factory: Callable[[], Any] = create_app
+    *,
+    host: str,
+    port: int,
+    workers: int,
+    app_factory: Callable[[], Any] = create_app,
+    control_socket: str | None = None,
 ) -> None:
     """Serve ``app_factory()`` (built in each worker) until interrupted."""
     warnings.filterwarnings("ignore", message=_SSL_WARNING_NAMING_ONLY_REDIS_ASYNCIO)
-    _Server(gunicorn_options(host=host, port=port, workers=workers), app_factory).run()
+    options = gunicorn_options(host=host, port=port, workers=workers, control_socket=control_socket)
+    _Server(options, app_factory).run()

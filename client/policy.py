@@ -4,15 +4,19 @@ Budget is spent in one currency, the ordinary (local-DP) epsilon:
 
 * an ``rr`` or ``krr`` report costs the campaign's ``epsilon``;
 * a ``planar_laplace`` report costs the privacy loss between any two true
-  locations at most ``location_radius_m`` apart. The device reports the
-  centre of the true location's grid cell with planar Laplace noise, remapped
-  and snapped to the grid (post-processing), so two true locations in cells
-  whose centres are ``D`` metres apart are ``epsilon * D``-indistinguishable.
-  The cost is ``epsilon`` times the largest centre distance between two cells
-  that hold points within ``location_radius_m`` of each other, capped by the
-  largest centre distance in the grid (beyond which nothing is left to hide).
-  With 100 m cells and a 200 m radius that distance is about 316 m
-  (one row and three columns apart).
+  locations at most ``location_radius_m`` apart on the ground (great-circle
+  distance). The device reports the centre of the true location's grid cell
+  with planar Laplace noise, remapped and snapped to the grid
+  (post-processing), so two true locations in cells whose centres are ``D``
+  projected metres apart are ``epsilon * D``-indistinguishable. Projected
+  distances overstate ground ones by at most the region's distortion factor
+  (:meth:`shared.geo.Region.projection_distortion`), so two locations within
+  the radius on the ground are within ``distortion * location_radius_m`` in
+  the projection. The cost is ``epsilon`` times the largest centre distance
+  between two cells that hold points that close, capped by the largest
+  centre distance in the grid (beyond which nothing is left to hide). With
+  100 m cells and a 200 m radius in a city (distortion 1.0001) that distance
+  is about 316 m (one row and three columns apart).
 
 Reports compose sequentially: each new (campaign, true value) pair adds its
 cost to the ledger; a memoized repeat adds nothing.
@@ -56,8 +60,9 @@ class Policy:
         The most this user ever spends, summed over every campaign (including
         forgotten ones: what the server received stays received).
     location_radius_m : float
-        For location campaigns: locations closer than this are what the user
-        wants kept indistinguishable; the cost of a report is measured there.
+        For location campaigns: locations closer than this on the ground
+        (great-circle distance) are what the user wants kept indistinguishable;
+        the cost of a report is measured there.
     """
 
     max_epsilon: float = DEFAULT_MAX_EPSILON
@@ -72,7 +77,8 @@ class Policy:
         """The epsilon one new report in this campaign spends."""
         if spec.mechanism != PLANAR_LAPLACE:
             return spec.epsilon
-        return spec.epsilon * worst_centre_distance_m(spec, self.location_radius_m)
+        projected_radius = spec.region.projection_distortion() * self.location_radius_m
+        return spec.epsilon * worst_centre_distance_m(spec, projected_radius)
 
     def to_dict(self) -> dict[str, float]:
         return {
@@ -84,6 +90,8 @@ class Policy:
 
 def worst_centre_distance_m(spec: CampaignSpec, radius_m: float) -> float:
     """The largest distance between the centres of two cells holding points ``radius_m`` apart.
+
+    Distances here are projected metres, those of the grid.
 
     Cells ``(di, dj)`` apart (in rows and columns) hold points as close as
     ``cell * hypot(max(di - 1, 0), max(dj - 1, 0))`` and have centres

@@ -69,7 +69,7 @@ from aggregator.store import CampaignStore, StoredReport  # noqa: E402
 from shared.mechanisms import Mechanism  # noqa: E402
 from shared.spec import CampaignSpec  # noqa: E402
 
-ADMIN_TOKEN = "bench-admin"
+ADMIN_TOKEN = "bench-admin-token-0123456789abcdefghij"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 K = 100
 KRR_SPEC = {
@@ -168,9 +168,10 @@ def start_ours(redis_url: str) -> Server:
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "LDP_ADMIN_TOKEN": ADMIN_TOKEN,
-        "LDP_ANALYST_TOKEN": "bench-analyst",
-        # Every wrk connection comes from 127.0.0.1: a limit that is counted, never reached.
+        "LDP_ANALYST_TOKEN": "bench-analyst-token-0123456789abcdefghij",
+        # Every wrk connection comes from 127.0.0.1: limits that are counted, never reached.
         "LDP_RATELIMIT_REPORTS": '"1000000000 per minute"',
+        "LDP_REPORT_BUDGET": '"1000000000000 per hour"',
     }
     port = free_port()
     process = subprocess.Popen(
@@ -368,6 +369,7 @@ def profile_paths(redis_url: str, n: int) -> list[str]:
             "REDIS_URL": redis_url,
             "ADMIN_TOKEN": ADMIN_TOKEN,
             "RATELIMIT_REPORTS": "1000000000 per minute",
+            "REPORT_BUDGET": "1000000000000 per hour",
         }
     ).test_client()
     ours.post("/api/v1/campaigns", json={**KRR_SPEC, "id": "bench-profile"}, headers=ADMIN)

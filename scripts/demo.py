@@ -124,6 +124,7 @@ def main(host: str, port: int, data_dir: str, users: int, exit_after_setup: bool
         # address: the per-address limits would pace the demo to minutes.
         "LDP_RATELIMIT_REPORTS": os.environ.get("LDP_RATELIMIT_REPORTS", "1000000 per minute"),
         "LDP_RATELIMIT_PUBLIC": os.environ.get("LDP_RATELIMIT_PUBLIC", "1000000 per minute"),
+        "LDP_REPORT_BUDGET": os.environ.get("LDP_REPORT_BUDGET", "1000000 per hour"),
     }
     url = f"http://{host}:{port}"
     command = [sys.executable, "-m", "aggregator.cli", "serve", "--host", host, "--port", str(port)]

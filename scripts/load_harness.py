@@ -62,8 +62,8 @@ from aggregator.redis_server import redis_executable  # noqa: E402
 from client import Policy, Reporter, ServerUnavailable  # noqa: E402
 from client.transport import AggregatorAPI  # noqa: E402
 
-ADMIN_TOKEN = "harness-admin"
-ANALYST_TOKEN = "harness-analyst"
+ADMIN_TOKEN = "harness-admin-token-0123456789abcdefgh"
+ANALYST_TOKEN = "harness-analyst-token-0123456789abcdefgh"
 CAMPAIGN = "load"
 DOMAIN = [f"item-{i:02d}" for i in range(20)]
 EPSILON = 1.0
@@ -225,6 +225,7 @@ class ServerProcess:
             "LDP_ANALYST_TOKEN": ANALYST_TOKEN,
             "LDP_RATELIMIT_REPORTS": "10000000 per minute",
             "LDP_RATELIMIT_PUBLIC": "10000000 per minute",
+            "LDP_REPORT_BUDGET": "1000000000 per hour",
             **(env or {}),
         }
         self.process = subprocess.Popen(

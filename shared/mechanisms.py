@@ -18,20 +18,17 @@ The aggregator builds the channel operator from a mechanism with
 
 from __future__ import annotations
 
-import decimal
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from shared.errors import ReportError
+from shared.exactness import WEIGHT_UNIT, check_planar_epsilon, krr_weights
 from shared.geo import Grid
 from shared.rng import RandomSource, default_rng, randbelow, standard_exponential, uniform_angle
 from shared.spec import KRR as KRR_NAME
 from shared.spec import PLANAR_LAPLACE, RR, RR_DEFAULT_DOMAIN, CampaignSpec, finite_number
-
-# The denominator unit of k-RR's integer weights: probabilities are resolved to 2**-64.
-_WEIGHT_UNIT = 1 << 64
 
 
 def _check_epsilon(epsilon: Any) -> float:
@@ -41,19 +38,6 @@ def _check_epsilon(epsilon: Any) -> float:
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
     return epsilon
-
-
-def keep_weight(epsilon: float, unit: int = _WEIGHT_UNIT) -> int:
-    """The largest integer ``w`` with ``w / unit <= exp(epsilon)``, and at least ``unit``.
-
-    ``exp`` is evaluated in 80-digit decimal arithmetic from the exact binary
-    value of ``epsilon``, and one unit is taken off, so the ratio of the
-    integer weights can never exceed ``exp(epsilon)`` through rounding.
-    """
-    with decimal.localcontext() as ctx:
-        ctx.prec = 80
-        scaled = decimal.Decimal(epsilon).exp() * unit
-    return max(unit, int(scaled) - 1)
 
 
 class Mechanism(ABC):
@@ -115,13 +99,14 @@ class KRR(Mechanism):
     On the device the choice is one ``randbelow(M)`` over integer weights:
     ``keep`` for the true label and ``unit`` for each other label,
     ``M = keep + (k - 1) unit``, with ``keep / unit <= e^epsilon`` guaranteed
-    by :func:`keep_weight`. ``realized_epsilon = ln(keep / unit)`` is the
-    privacy actually given, never above ``epsilon``.
+    by :func:`shared.exactness.keep_weight`. ``realized_epsilon = ln(keep / unit)``
+    is the privacy actually given, never above ``epsilon``.
 
     Parameters
     ----------
     epsilon : float
-        The local-DP parameter, finite and > 0.
+        The local-DP parameter, finite and > 0, within the limits of the integer
+        weights (:func:`shared.exactness.krr_weights`: 2**-63 to about 708).
     domain : sequence of str
         At least two distinct labels.
     """
@@ -139,8 +124,8 @@ class KRR(Mechanism):
             raise ValueError(f"domain must have at least 2 distinct labels, got {len(labels)}")
         self.domain = labels
         self._index = {label: i for i, label in enumerate(labels)}
-        self.unit_weight = _WEIGHT_UNIT
-        self.keep_weight = keep_weight(self.epsilon)
+        self.unit_weight = WEIGHT_UNIT
+        self.keep_weight = krr_weights(self.epsilon, len(labels))
         self.total_weight = self.keep_weight + (len(labels) - 1) * self.unit_weight
 
     @property
@@ -245,12 +230,22 @@ class PlanarLaplace(Mechanism):
        paper, Section 4).
 
     Steps 2-3 are exact planar Laplace followed by post-processing, so between
-    cell centres the report satisfies ``epsilon * d``-geo-indistinguishability;
-    snapping removes the floating-point artefacts of the raw sample from what
-    is sent. For raw locations ``u, v`` the guarantee is ``epsilon *
-    d(centre(u), centre(v)) <= epsilon * (d(u, v) + cell * sqrt(2))``, and two
-    locations in one cell cannot be told apart at all.
+    cell centres the report satisfies ``epsilon * d``-geo-indistinguishability
+    with ``d`` the grid's projected distance; snapping removes the
+    floating-point artefacts of the raw sample from what is sent. For raw
+    locations ``u, v`` at great-circle distance ``g`` the guarantee is
+    ``epsilon * d(centre(u), centre(v)) <= epsilon * (D * g + cell * sqrt(2))``
+    with ``D`` the region's :meth:`~shared.geo.Region.projection_distortion`,
+    and two locations in one cell cannot be told apart at all.
     docs/privacy.md states what each campaign setting gives a user.
+
+    Parameters
+    ----------
+    epsilon : float
+        Per metre, finite and > 0, within the limits of the sampler's arithmetic on
+        this grid (:func:`shared.exactness.check_planar_epsilon`).
+    grid : shared.geo.Grid
+        The report grid.
     """
 
     name = PLANAR_LAPLACE
@@ -259,6 +254,7 @@ class PlanarLaplace(Mechanism):
         self.epsilon = _check_epsilon(epsilon)
         if not isinstance(grid, Grid):
             raise TypeError("grid must be a shared.geo.Grid")
+        check_planar_epsilon(self.epsilon, grid)
         self.grid = grid
 
     @property

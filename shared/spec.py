@@ -18,6 +18,7 @@ from functools import cached_property
 from typing import Any
 
 from shared.errors import SpecError
+from shared.exactness import check_planar_epsilon, krr_weights
 from shared.geo import Grid, Region
 
 RR = "rr"
@@ -33,6 +34,9 @@ MAX_TITLE_LENGTH = 200
 # Categorical epsilon above this gives no meaningful protection.
 MAX_EPSILON = 50.0
 MIN_CELL_SIZE_M = 1.0
+# A region's projected distances may overstate great-circle ones by at most this factor (the
+# client charges the factor; see Region.projection_distortion).
+MAX_PROJECTION_DISTORTION = 1.1
 MAX_CELLS = 512 * 512
 # Checked with fullmatch: "$" would also accept a trailing newline.
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
@@ -104,8 +108,14 @@ class CampaignSpec:
     enrollment_required: bool = False
 
     @classmethod
-    def from_dict(cls, data: Any) -> CampaignSpec:
-        """Parse and validate a spec; raise :class:`SpecError` naming the field."""
+    def from_dict(cls, data: Any, *, stored: bool = False) -> CampaignSpec:
+        """Parse and validate a spec; raise :class:`SpecError` naming the field.
+
+        ``stored=True`` reads a spec the server accepted earlier: the limits that
+        only bind new campaigns (a region's projection distortion, whose cost the
+        client charges anyway) are not applied, so a campaign created before such
+        a limit existed stays readable with all its reports.
+        """
         if not isinstance(data, dict):
             raise SpecError("a campaign spec must be a JSON object", field=None)
         unknown = sorted(set(data) - _SPEC_FIELDS)
@@ -134,7 +144,7 @@ class CampaignSpec:
             )
         common = {"id": campaign_id, "title": title, "enrollment_required": enrollment}
         if mechanism == PLANAR_LAPLACE:
-            return cls._planar_from_dict(data, common)
+            return cls._planar_from_dict(data, common, stored=stored)
         return cls._categorical_from_dict(data, mechanism, common)
 
     @classmethod
@@ -155,6 +165,10 @@ class CampaignSpec:
             raise SpecError("domain is required for krr", field="domain")
         if mechanism == RR and len(domain) != 2:
             raise SpecError("rr takes exactly two labels", field="domain")
+        try:
+            krr_weights(epsilon, len(domain))
+        except ValueError as exc:
+            raise SpecError(str(exc), field="epsilon") from None
         return cls(mechanism=mechanism, epsilon=epsilon, domain=domain, **common)
 
     @staticmethod
@@ -178,10 +192,10 @@ class CampaignSpec:
         return labels
 
     @classmethod
-    def _planar_from_dict(cls, data: dict, common: dict) -> CampaignSpec:
+    def _planar_from_dict(cls, data: dict, common: dict, *, stored: bool) -> CampaignSpec:
         if "domain" in data:
             raise SpecError("planar_laplace takes a region, not a domain", field="domain")
-        region = cls._parse_region(data.get("region"))
+        region = cls._parse_region(data.get("region"), bound_distortion=not stored)
         if "cell_size_m" not in data:
             raise SpecError("cell_size_m is required for planar_laplace", field="cell_size_m")
         cell = _positive(data["cell_size_m"], "cell_size_m")
@@ -215,6 +229,11 @@ class CampaignSpec:
             raise SpecError(
                 "give epsilon (per metre) or privacy_level with privacy_radius_m", field="epsilon"
             )
+        try:
+            check_planar_epsilon(epsilon, grid)
+        except ValueError as exc:
+            field = "epsilon" if "epsilon" in data else "privacy_level"
+            raise SpecError(str(exc), field=field) from None
         return cls(
             mechanism=PLANAR_LAPLACE,
             epsilon=epsilon,
@@ -226,7 +245,7 @@ class CampaignSpec:
         )
 
     @staticmethod
-    def _parse_region(raw: Any) -> Region:
+    def _parse_region(raw: Any, *, bound_distortion: bool = True) -> Region:
         if raw is None:
             raise SpecError("region is required for planar_laplace", field="region")
         if not isinstance(raw, dict):
@@ -254,7 +273,17 @@ class CampaignSpec:
             raise SpecError(
                 "regions beyond ±85° latitude are not supported", field="region.lat_max"
             )
-        return Region(**values)
+        region = Region(**values)
+        distortion = region.projection_distortion()
+        if bound_distortion and distortion > MAX_PROJECTION_DISTORTION:
+            raise SpecError(
+                f"the region is too large for one planar projection: its distances would "
+                f"overstate ground distances by up to a factor {distortion:.5g}, and at most "
+                f"{MAX_PROJECTION_DISTORTION} is allowed; use a smaller region (the allowed "
+                "extent shrinks towards the poles)",
+                field="region",
+            )
+        return region
 
     @classmethod
     def from_wire(cls, data: Any) -> tuple[CampaignSpec, dict]:

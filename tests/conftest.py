@@ -21,8 +21,8 @@ import requests
 from aggregator.redis_server import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[1]
-LIVE_ADMIN_TOKEN = "live-admin-token"
-LIVE_ANALYST_TOKEN = "live-analyst-token"
+LIVE_ADMIN_TOKEN = "live-admin-token-0123456789abcdefghij"
+LIVE_ANALYST_TOKEN = "live-analyst-token-0123456789abcdefghij"
 STARTUP_SECONDS = 60
 
 
@@ -71,6 +71,7 @@ def live_server(tmp_path_factory):
         "LDP_DATA_DIR": str(data_dir),
         # Every test client comes from 127.0.0.1; keep the per-address limit out of the way.
         "LDP_RATELIMIT_REPORTS": "100000 per minute",
+        "LDP_REPORT_BUDGET": "10000000 per hour",
     }
     env.pop("LDP_REDIS_URL", None)
     with open(log_path, "ab") as log:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import requests
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -80,3 +84,44 @@ def test_the_tour_runs_against_a_real_server(live_server, tmp_path):
     assert '"report_id"' in out  # the dry run shows the payload
     for label in ("cat", "dog", "fish", "none"):
         assert label in out.rsplit("pets", 1)[-1]  # the estimate table lists every label
+
+
+def test_the_tour_server_starts_with_the_tokens_it_exports(tmp_path):
+    """The tour's server block as written: its tokens must pass the server's strength check."""
+    block = next(block for block in blocks("sh") if "ldp-aggregator serve" in block)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert "--port 8000" in block
+    bin_dir = Path(sys.executable).parent
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("LDP_") or key == "LDP_CLIENT_HOME"
+    }
+    env["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    env["LDP_DATA_DIR"] = str(tmp_path / "data")
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", block.replace("--port 8000", f"--port {port}")],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, log.read_text()
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/api/v1/health", timeout=1).ok:
+                    break
+            except (requests.ConnectionError, requests.Timeout):
+                pass  # not listening yet, or its workers are still booting
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)

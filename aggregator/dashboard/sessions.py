@@ -10,7 +10,10 @@ of the token that opened it, so that
 * rotating ``LDP_ANALYST_TOKEN`` ends every session it opened;
 * any number of workers behind one Redis share the sessions.
 
-The token itself is never stored, nor put into a page. ``SECRET_KEY`` (the
+Failed sign-ins count against the address's failed-authentication limit, the
+one bearer tokens share (:mod:`aggregator.auth`): past it the form answers 429
+before comparing the token. The token itself is never stored, nor put into a
+page. ``SECRET_KEY`` (the
 ``LDP_SECRET_KEY`` setting) signs the cookie; when it is not set, a key is
 derived from the configured tokens, which every worker shares, so that
 sessions survive restarts and work across workers without configuration.
@@ -28,6 +31,7 @@ from urllib.parse import urlsplit
 
 import flask
 
+from aggregator import auth
 from aggregator.db import get_store
 from aggregator.errors import error_response
 
@@ -96,8 +100,13 @@ def csrf_ok() -> bool:
 
 
 def sign_in(token: str) -> bool:
-    """Open a session if ``token`` is valid; a fresh session id and CSRF token either way."""
+    """Open a session if ``token`` is valid; a fresh session id and CSRF token either way.
+
+    A throttled address gets 429 whatever the token; a wrong token is counted.
+    """
+    auth.refuse_if_throttled()
     if not token_is_valid(token):
+        auth.record_failure()
         return False
     sid = secrets.token_urlsafe(32)
     ttl = int(flask.current_app.config["DASHBOARD_SESSION_TTL_S"])

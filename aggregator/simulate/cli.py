@@ -85,7 +85,7 @@ def _region(text: str) -> Region:
         "id": "region",
         "title": "region",
         "mechanism": PLANAR_LAPLACE,
-        "epsilon": 1.0,
+        "epsilon": 1e-6,  # an epsilon the planar sampler realises on cells of 1,000 km
         "cell_size_m": 1.0e6,
     }
     try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-ADMIN_TOKEN = "admin-secret"
-ANALYST_TOKEN = "analyst-secret"
+ADMIN_TOKEN = "test-admin-token-0123456789abcdefghij"
+ANALYST_TOKEN = "test-analyst-token-0123456789abcdefghij"
 KRR_SPEC = {
     "id": "fruit",
     "title": "Favourite fruit",

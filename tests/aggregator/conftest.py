@@ -40,6 +40,7 @@ def config(redis_url):
         "ADMIN_TOKEN": ADMIN_TOKEN,
         "ANALYST_TOKEN": ANALYST_TOKEN,
         "RATELIMIT_REPORTS": "10000 per minute",
+        "REPORT_BUDGET": "10000000 per hour",
     }
 
 

@@ -138,7 +138,7 @@ def test_planar_reports_must_be_cell_centres(client, analyst, planar_campaign):
 def test_counts_need_the_analyst_role(client, admin, analyst, krr_campaign):
     url = "/api/v1/campaigns/fruit/counts"
     assert client.get(url).status_code == 401
-    assert client.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 403
+    assert client.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert client.get(url, headers=analyst).status_code == 200
     assert client.get(url, headers=admin).status_code == 200
 

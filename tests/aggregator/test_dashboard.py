@@ -173,7 +173,9 @@ def test_a_new_analyst_token_ends_old_sessions(config, signed_in):
     cookie = session_cookie(signed_in)
     # The operator keeps the cookie key but rotates the token.
     key = signed_in.application.config["SECRET_KEY"]
-    rotated = create_app({**config, "ANALYST_TOKEN": "rotated", "SECRET_KEY": key}).test_client()
+    rotated = create_app(
+        {**config, "ANALYST_TOKEN": "rotated-analyst-token-0123456789abcdef", "SECRET_KEY": key}
+    ).test_client()
     rotated.set_cookie("ldp_session", cookie)
     assert rotated.get("/dashboard/").status_code == 302
 
@@ -361,6 +363,7 @@ def test_empty_campaign_estimate(signed_in, krr_campaign):
 def test_settings_come_from_the_environment(monkeypatch, redis_url):
     monkeypatch.setenv("LDP_REDIS_URL", redis_url)
     monkeypatch.setenv("LDP_ANALYST_TOKEN", "from-env")
+    monkeypatch.setenv("LDP_ALLOW_WEAK_TOKENS", "1")  # a short token, for development
     monkeypatch.setenv("LDP_SECRET_KEY", "12345678901234567890")
     monkeypatch.setenv("LDP_DASHBOARD_REFRESH_S", "2")
     monkeypatch.setenv("LDP_SESSION_COOKIE_SECURE", "true")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 
 import pytest
 import redis
@@ -65,3 +66,20 @@ def test_acknowledged_reports_survive_a_redis_crash(tmp_path):
         store.connection.close()
     finally:
         restarted.stop()
+
+
+def test_data_directory_and_files_are_private(tmp_path):
+    data_dir = tmp_path / "data"
+    with EmbeddedRedis(data_dir) as server:
+        client = redis.Redis.from_url(server.url)
+        client.set("k", "v")
+        client.close()
+        assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+        for name in ("appendonly.aof", "redis.conf", "redis.log"):
+            assert stat.S_IMODE((data_dir / name).stat().st_mode) == 0o600, name
+    # A directory left open by an earlier version is tightened on the next start.
+    data_dir.chmod(0o755)
+    (data_dir / "appendonly.aof").chmod(0o644)
+    with EmbeddedRedis(data_dir):
+        assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+        assert stat.S_IMODE((data_dir / "appendonly.aof").stat().st_mode) == 0o600

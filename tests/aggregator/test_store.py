@@ -15,6 +15,7 @@ from aggregator.store import (
     CampaignNotFound,
     StoredReport,
 )
+from shared.errors import SpecError
 from shared.spec import CampaignSpec
 
 KRR = CampaignSpec.from_dict(KRR_SPEC)
@@ -176,3 +177,23 @@ def test_a_spec_is_read_and_parsed_once_per_store(store, monkeypatch):
     store.create_campaign(CampaignSpec.from_dict(PLANAR_SPEC))
     with pytest.raises(ValueError):
         store.get_campaign(KRR.id)
+
+
+def test_a_campaign_from_before_the_distortion_limit_stays_readable(store):
+    # Created when regions were not yet bounded: the limit binds new campaigns only.
+    wide = {
+        **PLANAR_SPEC,
+        "id": "wide",
+        "region": {"lat_min": 50.0, "lat_max": 70.0, "lon_min": 0.0, "lon_max": 1.0},
+        "cell_size_m": 5000.0,
+        "epsilon": 0.0001,
+    }
+    with pytest.raises(SpecError, match="too large for one planar projection"):
+        CampaignSpec.from_dict(wide)
+    spec = CampaignSpec.from_dict(wide, stored=True)
+    store.create_campaign(spec)
+    store.forget_campaign("wide")
+    store._parsed.clear()
+    assert store.get_campaign("wide").spec == spec
+    assert [c.spec.id for c in store.list_campaigns()] == ["wide"]
+    assert store.ingest("wide", [StoredReport(new_id(), 0, "r0c0")]).accepted == 1

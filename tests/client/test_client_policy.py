@@ -9,6 +9,7 @@ import pytest
 
 from client import Policy
 from client.policy import worst_centre_distance_m
+from shared.geo import EARTH_RADIUS_M, Region
 from shared.spec import CampaignSpec
 
 
@@ -62,6 +63,33 @@ def test_costs():
     assert policy.cost(spec) <= 0.005 * (200 + 100 * math.sqrt(2))
     # A single-cell grid reveals nothing.
     assert Policy().cost(planar(5000.0)) == 0
+
+
+def test_cost_is_charged_in_ground_distance_far_from_the_equator():
+    # Latitudes -85 to 85, 0.17 degrees wide, 1,200 m cells, 0.0005 per metre: the projection
+    # takes the equator's east-west scale, so at 85 degrees two points 1,000 m apart on the
+    # ground are 11.47 km apart in it, ten cells: their loss reaches 0.0005 * 12,000 m = 6.0.
+    # The spec validation refuses this region; the cost is right even for such a spec.
+    region = Region(lat_min=-85.0, lat_max=85.0, lon_min=0.0, lon_max=0.17)
+    spec = CampaignSpec(
+        id="tall",
+        title="tall",
+        mechanism="planar_laplace",
+        epsilon=0.0005,
+        region=region,
+        cell_size_m=1200.0,
+    )
+    grid = spec.grid
+    lat = 84.9999
+    u = (lat, 0.01)
+    v = (lat, 0.01 + math.degrees(1000.0 / (EARTH_RADIUS_M * math.cos(math.radians(lat)))))
+    x, other = grid.cell_of(*u), grid.cell_of(*v)
+    (ux, uy), (vx, vy) = grid.centre_xy(x), grid.centre_xy(other)
+    centre_loss = spec.epsilon * math.hypot(ux - vx, uy - vy)
+    assert centre_loss == pytest.approx(6.0)
+    cost = Policy(location_radius_m=1000.0).cost(spec)
+    assert cost >= centre_loss
+    assert region.projection_distortion() == pytest.approx(1 / math.cos(math.radians(85)))
 
 
 @pytest.mark.parametrize(

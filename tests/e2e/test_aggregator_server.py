@@ -21,8 +21,10 @@ import pytest
 import requests
 
 ROOT = Path(__file__).resolve().parents[2]
-ADMIN = {"Authorization": "Bearer e2e-admin"}
-ANALYST = {"Authorization": "Bearer e2e-analyst"}
+ADMIN_TOKEN = "e2e-admin-token-0123456789abcdefghijkl"
+ANALYST_TOKEN = "e2e-analyst-token-0123456789abcdefghijkl"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+ANALYST = {"Authorization": f"Bearer {ANALYST_TOKEN}"}
 SPEC = {
     "id": "e2e",
     "title": "End to end",
@@ -50,8 +52,8 @@ class Server:
         env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),
-            "LDP_ADMIN_TOKEN": "e2e-admin",
-            "LDP_ANALYST_TOKEN": "e2e-analyst",
+            "LDP_ADMIN_TOKEN": ADMIN_TOKEN,
+            "LDP_ANALYST_TOKEN": ANALYST_TOKEN,
             "LDP_DATA_DIR": str(self.data_dir),
         }
         env.pop("LDP_REDIS_URL", None)

@@ -18,6 +18,7 @@ import pytest
 import requests
 
 ROOT = Path(__file__).resolve().parents[2]
+DEMO_TOKEN = "demo-analyst-token-0123456789abcdefghij"
 
 
 def load_demo():
@@ -95,7 +96,7 @@ def free_port() -> int:
 
 def test_demo_fills_campaigns_and_prints_the_dashboard(tmp_path):
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "LDP_ANALYST_TOKEN": "demo-analyst"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LDP_ANALYST_TOKEN": DEMO_TOKEN}
     env.pop("LDP_REDIS_URL", None)
     result = subprocess.run(
         [
@@ -111,7 +112,7 @@ def test_demo_fills_campaigns_and_prints_the_dashboard(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert f"Dashboard:      http://127.0.0.1:{port}/dashboard/" in out
-    assert "Analyst token:  demo-analyst" in out
+    assert f"Analyst token:  {DEMO_TOKEN}" in out
     delivered = dict(re.findall(r"^([a-z-]+): (\d+) reports delivered", out, flags=re.M))
     assert delivered == {"commute-mode": "40", "flu-shot": "40", "sf-downtown": "80"}
     # The server is gone once the demo returns.

@@ -180,4 +180,4 @@ def test_a_wrong_admin_token_is_reported(live_server):
         env={"LDP_ANALYST_TOKEN": ""},
     )
     assert result.exit_code == 1
-    assert "Error: cannot create campaign" in result.output and "(403)" in result.output
+    assert "Error: cannot create campaign" in result.output and "(401)" in result.output

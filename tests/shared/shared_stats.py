@@ -88,6 +88,50 @@ def scalar_counts(mechanism, x: int, n: int, seed: int) -> np.ndarray:
     return np.bincount(draws, minlength=mechanism.n_outputs)
 
 
+def scalar_hits(mechanism, x: int, output: int, n: int, seed: int) -> int:
+    """How many of ``n`` draws of the on-device sampler for input ``x`` report ``output``."""
+    rng = random.Random(seed)
+    perturb = mechanism.perturb_index
+    return sum(perturb(x, rng) == output for _ in range(n))
+
+
+def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
+    """Exact one-sided binomial bounds: ``P(p < lower) <= alpha`` and ``P(p > upper) <= alpha``."""
+    lower = 0.0 if k == 0 else float(stats.beta.ppf(alpha, k, n - k + 1))
+    upper = 1.0 if k == n else float(stats.beta.ppf(1 - alpha, k + 1, n - k))
+    return lower, upper
+
+
+@dataclass(frozen=True)
+class RetestedTriple:
+    """A (pair, output) triple re-tested on fresh samples: bounds on its log-ratio.
+
+    ``lower`` is below ``ln(P(y | x) / P(y | x'))`` with probability at least
+    ``1 - alpha``, and so is the true value below ``upper`` (each bound spends
+    ``alpha / 2`` on each of the two proportions).
+    """
+
+    x: int
+    other: int
+    output: int
+    hits_x: int
+    hits_other: int
+    n: int
+    lower: float
+    upper: float
+
+
+def log_ratio_bounds(
+    x: int, other: int, output: int, hits_x: int, hits_other: int, n: int, alpha: float
+) -> RetestedTriple:
+    """Clopper-Pearson bounds on ``ln(P(y | x) / P(y | x'))`` from ``n`` fresh draws of each input."""
+    low_x, high_x = clopper_pearson(hits_x, n, alpha / 2)
+    low_other, high_other = clopper_pearson(hits_other, n, alpha / 2)
+    lower = math.log(low_x) - math.log(high_other) if low_x > 0 else -math.inf
+    upper = math.log(high_x) - math.log(low_other) if low_other > 0 else math.inf
+    return RetestedTriple(x, other, output, hits_x, hits_other, n, lower, upper)
+
+
 def bonferroni_z(alpha: float, n_tests: int) -> float:
     """One-sided normal quantile with the level ``alpha`` shared over ``n_tests`` tests."""
     return float(stats.norm.isf(alpha / max(n_tests, 1)))
@@ -143,6 +187,17 @@ def log_ratio_audit(
         n_checked=int(usable.sum()),
         largest=float(estimate.max()),
     )
+
+
+def ground_distance_m(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
+    """Great-circle distance on the sphere of the mean Earth radius (haversine)."""
+    from shared.geo import EARTH_RADIUS_M
+
+    phi1, phi2 = math.radians(lat1), math.radians(lat2)
+    half_dphi = (phi2 - phi1) / 2
+    half_dlambda = math.radians(lon2 - lon1) / 2
+    h = math.sin(half_dphi) ** 2 + math.cos(phi1) * math.cos(phi2) * math.sin(half_dlambda) ** 2
+    return 2 * EARTH_RADIUS_M * math.asin(min(1.0, math.sqrt(h)))
 
 
 def small_grid(rows: int, cols: int, cell_size_m: float, lat0: float = 45.0, lon0: float = 7.0):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
+from shared_stats import ground_distance_m
 
 from shared.geo import CENTRE_TOLERANCE_DEG, COORD_DECIMALS, EARTH_RADIUS_M, Grid, Region
 
@@ -120,3 +122,50 @@ def test_region_contains_is_inclusive():
     assert region.contains(1.0, 3.0) and region.contains(2.0, 4.0) and region.contains(1.5, 3.5)
     assert not region.contains(0.999, 3.5) and not region.contains(1.5, 4.001)
     assert region.to_dict() == {"lat_min": 1.0, "lat_max": 2.0, "lon_min": 3.0, "lon_max": 4.0}
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        (37.77, 37.78, -122.42, -122.41),  # a city
+        (59.0, 61.0, 10.0, 14.0),
+        (74.5, 77.0, 0.0, 10.0),  # near the largest distortion a spec may have
+        (-24.0, 24.0, 0.0, 10.0),
+        (-0.1, 0.1, 0.0, 85.0),
+        (-85.0, 85.0, 0.0, 0.17),  # far beyond it: 11.5
+        (-60.0, 70.0, -150.0, 150.0),
+        (80.0, 85.0, -50.0, 50.0),
+    ],
+)
+def test_projection_distortion_bounds_projected_over_ground_distance(bounds):
+    region = Region(*bounds)
+    grid = Grid(region, 1000.0)
+    distortion = region.projection_distortion()
+    generator = np.random.default_rng(5)
+    lats = generator.uniform(region.lat_min, region.lat_max, size=(20_000, 2))
+    lons = generator.uniform(region.lon_min, region.lon_max, size=(20_000, 2))
+    # ... and the worst kind of pair: close, east-west, at the latitude farthest from the equator.
+    far = max(region.lat_min, region.lat_max, key=abs)
+    lats[:200] = far
+    lons[:200, 1] = lons[:200, 0] + (region.lon_max - lons[:200, 0]) * 1e-3
+    worst = 0.0
+    for (lat1, lat2), (lon1, lon2) in zip(lats, lons, strict=True):
+        ground = ground_distance_m(lat1, lon1, lat2, lon2)
+        (x1, y1), (x2, y2) = grid.to_xy(lat1, lon1), grid.to_xy(lat2, lon2)
+        ratio = math.hypot(x1 - x2, y1 - y2) / ground
+        assert ratio <= distortion, (lat1, lon1, lat2, lon2, ratio, distortion)
+        worst = max(worst, ratio)
+    # Its latitude part, the middle latitude's east-west scale over the far one's, is attained
+    # (the great-circle part is an upper bound, loose for spans of tens of degrees).
+    scale_ratio = math.cos(math.radians((region.lat_min + region.lat_max) / 2)) / math.cos(
+        math.radians(far)
+    )
+    assert worst >= 0.999 * scale_ratio, (worst, scale_ratio)
+
+
+def test_projection_distortion_of_small_regions_is_near_one():
+    assert Region(37.77, 37.78, -122.42, -122.41).projection_distortion() < 1.0001
+    assert Region(-0.01, 0.01, 0.0, 0.01).projection_distortion() < 1 + 1e-7
+    # The tall region: the equator's east-west scale against cos 85 degrees.
+    tall = Region(-85.0, 85.0, 0.0, 0.17).projection_distortion()
+    assert tall == pytest.approx(1 / math.cos(math.radians(85)), rel=1e-6)

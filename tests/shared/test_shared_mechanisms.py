@@ -30,8 +30,9 @@ from shared_stats import (
 
 from aggregator.estimation.channels import PlanarLaplaceChannel
 from shared.errors import ReportError
+from shared.exactness import keep_weight
 from shared.geo import Grid, Region
-from shared.mechanisms import KRR, Mechanism, PlanarLaplace, RandomizedResponse, keep_weight
+from shared.mechanisms import KRR, Mechanism, PlanarLaplace, RandomizedResponse
 from shared.spec import CampaignSpec
 
 N_SCALAR = 200_000
@@ -162,7 +163,9 @@ def test_planar_channel_rows_are_distributions():
 
 # -- k-RR's exact integer weights ----------------------------------------------------------
 
-WEIGHT_EPSILONS = [1e-12, 0.1, 1.0, math.log(3), 5.0, 20.0, 50.0]
+# 2**-63 is the smallest epsilon the weights can tell from 0; 200 and 700 need more than the
+# 80 decimal digits once used for exp (their weights have 106 and 324 digits).
+WEIGHT_EPSILONS = [2.0**-63, 1e-12, 0.1, 1.0, math.log(3), 5.0, 20.0, 50.0, 200.0, 700.0]
 
 
 @pytest.mark.parametrize("epsilon", WEIGHT_EPSILONS, ids=repr)
@@ -172,13 +175,15 @@ def test_krr_weights_never_exceed_exp_epsilon(epsilon):
     assert isinstance(keep, int) and isinstance(unit, int)
     ratio = Fraction(keep, unit)
     with decimal.localcontext() as ctx:
-        # 150 digits: the ratio (at most 41 integer digits over 2**64) is exact, and exp is
+        # 400 digits: the ratio (at most 324 integer digits over 2**64) is exact, and exp is
         # correctly rounded far below the 2**-60 the test resolves.
-        ctx.prec = 150
+        ctx.prec = 400
         bound = decimal.Decimal(epsilon).exp()  # Decimal(float) is the float's exact value
         exact_ratio = decimal.Decimal(ratio.numerator) / decimal.Decimal(ratio.denominator)
         assert exact_ratio <= bound
         assert (bound - exact_ratio) / bound <= decimal.Decimal(2) ** -60
+        # The keep weight is floor(exp(epsilon) * unit) - 1, to the last digit.
+        assert 1 <= bound * unit - keep < 2
     assert mechanism.realized_epsilon <= epsilon
     # ... and it is the log of the weights: below epsilon by at most the 2**-63 of the
     # integer rounding plus a float ulp.
@@ -195,6 +200,97 @@ def test_keep_weight_floor_at_unit():
     assert keep_weight(1e-30, unit=1000) == 1000
     # With a small unit the floor-minus-one rule is visible: 1000 e = 2718.28... -> 2717.
     assert keep_weight(1.0, unit=1000) == 2717
+
+
+class ZeroBits:
+    """The sampler's extreme draw: both exponentials at 1074 ln 2 (uniforms of 2**-1074), angle 0."""
+
+    def getrandbits(self, k):
+        return 0
+
+
+def unchecked_planar(epsilon: float, grid: Grid) -> PlanarLaplace:
+    """A planar mechanism built without the constructor's epsilon checks (to show what they stop)."""
+    mechanism = object.__new__(PlanarLaplace)
+    mechanism.epsilon, mechanism.grid = epsilon, grid
+    return mechanism
+
+
+def test_krr_epsilon_limits_of_the_integer_weights_are_exact():
+    low = 2.0**-63
+    krr = KRR(epsilon=low, domain=labels(3))
+    assert krr.keep_weight == krr.unit_weight + 1 and krr.realized_epsilon > 0
+    below = math.nextafter(low, 0)
+    assert keep_weight(below) == 1 << 64  # the weights cannot tell the labels apart
+    with pytest.raises(ValueError, match="too small for k-RR's integer weights"):
+        KRR(epsilon=below, domain=labels(3))
+    with pytest.raises(ValueError, match="too small"):
+        RandomizedResponse(epsilon=1e-300)
+    # The other end: the probability of another label stays a normal double.
+    high = 1022 * math.log(2)
+    rr = RandomizedResponse(epsilon=high)
+    assert rr.p_other >= 2.0**-1022 and rr.p_other == rr.unit_weight / rr.total_weight
+    assert rr.realized_epsilon == pytest.approx(high, rel=1e-15)
+    for epsilon in (math.nextafter(high, math.inf), 750.0, 1e5, 1e7, 1e308):
+        with pytest.raises(ValueError, match="too large for k-RR's integer weights"):
+            RandomizedResponse(epsilon=epsilon)
+
+
+def test_planar_epsilon_below_the_resolution_limit_is_refused():
+    grid = small_grid(4, 4, 128.0)
+    at_limit = 2.0**-54  # epsilon * cell = 2**-47 exactly
+    mechanism = PlanarLaplace(epsilon=at_limit, grid=grid)
+    assert 0 <= mechanism.perturb_index(5, ZeroBits()) < grid.n_cells
+    rng = random.Random(3)
+    assert all(0 <= mechanism.perturb_index(5, rng) < grid.n_cells for _ in range(100))
+    for epsilon in (math.nextafter(at_limit, 0), 1e-300, 1e-308, 5e-324):
+        with pytest.raises(ValueError, match=r"epsilon \* cell_size_m must be at least 2\*\*-47"):
+            PlanarLaplace(epsilon=epsilon, grid=grid)
+    # Far below it the radius overflows and the sampler fails: what the check stops.
+    with pytest.raises(ValueError, match="NaN"):
+        unchecked_planar(1e-308, grid).perturb_index(5, ZeroBits())
+
+
+def test_planar_epsilon_overflow_limit_is_exact():
+    # With 1e300 m cells the resolution limit is far below the overflow of the largest radius,
+    # (2 * 1074 ln 2) / epsilon plus the centre: find the exact epsilon where it stays finite.
+    grid = Grid(Region(0.0, 1.0, 0.0, 1.0), 1e300)
+    assert grid.n_cells == 1
+
+    def accepted(epsilon):
+        try:
+            PlanarLaplace(epsilon=epsilon, grid=grid)
+        except ValueError:
+            return False
+        return True
+
+    low, high = 1e-307, 1e-304
+    assert not accepted(low) and accepted(high)
+    while math.nextafter(low, high) != high:
+        middle = (low + high) / 2
+        low, high = (low, middle) if accepted(middle) else (middle, high)
+    assert high == pytest.approx(2 * 1074 * math.log(2) / 1.7976931348623157e308, rel=1e-12)
+    # At the limit the extreme draw is finite; one double below it the sampler meets infinity.
+    assert PlanarLaplace(epsilon=high, grid=grid).perturb_index(0, ZeroBits()) == 0
+    with pytest.raises(ValueError, match="NaN"):
+        unchecked_planar(low, grid).perturb_index(0, ZeroBits())
+    with pytest.raises(ValueError, match="largest radius"):
+        PlanarLaplace(epsilon=low, grid=grid)
+
+
+def test_planar_epsilon_beyond_the_reach_limit_is_refused():
+    grid = small_grid(4, 4, 128.0)
+    span = math.hypot(4, 4) * 128.0
+    limit = 2 * 1022 * math.log(2)  # exponentials are finely resolved up to 1022 ln 2 each
+    epsilon = limit / span
+    while epsilon * span > limit:
+        epsilon = math.nextafter(epsilon, 0)
+    while math.nextafter(epsilon, math.inf) * span <= limit:
+        epsilon = math.nextafter(epsilon, math.inf)
+    assert 0 <= PlanarLaplace(epsilon=epsilon, grid=grid).perturb_index(15, ZeroBits()) < 16
+    for too_large in (math.nextafter(epsilon, math.inf), 1e3, 1e308):
+        with pytest.raises(ValueError, match="too large for this grid"):
+            PlanarLaplace(epsilon=too_large, grid=grid)
 
 
 def test_krr_draw_maps_to_reports_exactly():

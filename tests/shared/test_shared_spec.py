@@ -16,6 +16,7 @@ from shared.spec import (
     MAX_CELLS,
     MAX_DOMAIN,
     MAX_EPSILON,
+    MAX_PROJECTION_DISTORTION,
     PLANAR_LAPLACE,
     RR,
     RR_DEFAULT_DOMAIN,
@@ -222,6 +223,41 @@ def test_bad_planar_epsilon(epsilon):
     rejected(data, "epsilon")
 
 
+def test_categorical_epsilon_below_what_the_integer_weights_resolve_is_refused():
+    # 2**-63 is the smallest epsilon whose keep weight exceeds the unit 2**64.
+    assert CampaignSpec.from_dict(with_changes(KRR_SPEC, epsilon=2.0**-63)).epsilon == 2.0**-63
+    for epsilon in (math.nextafter(2.0**-63, 0), 1e-30, 1e-308, 5e-324):
+        error = rejected(with_changes(KRR_SPEC, epsilon=epsilon), "epsilon")
+        assert "2**-63" in error.message
+        rejected({"id": "r", "title": "r", "mechanism": "rr", "epsilon": epsilon}, "epsilon")
+
+
+def planar_with_epsilon(epsilon: float, **changes) -> dict:
+    data = with_changes(PLANAR_SPEC, privacy_level=..., privacy_radius_m=..., epsilon=epsilon)
+    return with_changes(data, **changes)
+
+
+def test_planar_epsilon_below_the_samplers_resolution_is_refused():
+    # 128 m cells: the limit epsilon * cell_size_m >= 2**-47 is epsilon >= 2**-54 exactly.
+    assert CampaignSpec.from_dict(planar_with_epsilon(2.0**-54, cell_size_m=128)).epsilon > 0
+    for epsilon in (math.nextafter(2.0**-54, 0), 1e-20, 1e-300, 1e-308, 5e-324):
+        error = rejected(planar_with_epsilon(epsilon, cell_size_m=128), "epsilon")
+        assert "2**-47" in error.message
+    # Stated as a level within a radius, the fault is the level's.
+    tiny_level = with_changes(PLANAR_SPEC, privacy_level=1e-300, privacy_radius_m=1000)
+    rejected(tiny_level, "privacy_level")
+
+
+def test_planar_epsilon_beyond_the_samplers_reach_is_refused():
+    # A 6 x 5 grid of 200 m cells: epsilon times the grid's diagonal (200 hypot(6, 5) m) is at
+    # most 2 * 1022 ln 2.
+    limit = 2 * 1022 * math.log(2) / (200 * math.hypot(6, 5))
+    assert CampaignSpec.from_dict(planar_with_epsilon(limit * (1 - 1e-12))).grid.n_cells == 30
+    error = rejected(planar_with_epsilon(limit * (1 + 1e-12)), "epsilon")
+    assert "too large for this grid" in error.message
+    rejected(planar_with_epsilon(1e300), "epsilon")
+
+
 def test_epsilon_is_required():
     rejected(with_changes(KRR_SPEC, epsilon=...), "epsilon")
     rejected(with_changes(PLANAR_SPEC, privacy_level=..., privacy_radius_m=...), "epsilon")
@@ -318,6 +354,64 @@ def test_region_bounds_are_checked(changes, field):
 def test_region_at_the_85_degree_limit_is_accepted():
     spec = CampaignSpec.from_dict(with_region(lat_min=84.999, lat_max=85.0))
     assert spec.region.lat_max == 85.0
+
+
+def test_a_region_spanning_latitudes_is_refused():
+    # From -85 to 85 degrees, 0.17 degrees wide: projected east-west distances at 85 degrees
+    # are 11.5 times the ground ones (the middle latitude's scale is the equator's).
+    data = with_changes(
+        with_region(lat_min=-85.0, lat_max=85.0, lon_min=0.0, lon_max=0.17),
+        privacy_level=...,
+        privacy_radius_m=...,
+        epsilon=0.0005,
+        cell_size_m=1200,
+    )
+    error = rejected(data, "region")
+    assert "11.47" in error.message and str(MAX_PROJECTION_DISTORTION) in error.message
+
+
+@pytest.mark.parametrize(
+    ("region", "accepted"),
+    [
+        # 2.5 degrees near 76 north, 10 degrees wide: distortion 1.096.
+        ({"lat_min": 74.5, "lat_max": 77.0, "lon_min": 0.0, "lon_max": 10.0}, True),
+        ({"lat_min": 74.5, "lat_max": 77.2, "lon_min": 0.0, "lon_max": 10.0}, False),
+        # Across the equator the latitude span may reach about 2 x 24.5 degrees ...
+        ({"lat_min": -24.0, "lat_max": 24.0, "lon_min": 0.0, "lon_max": 10.0}, True),
+        ({"lat_min": -24.7, "lat_max": 24.7, "lon_min": 0.0, "lon_max": 10.0}, False),
+        # ... and the longitude span up to about 86 degrees (great circle against the plane).
+        ({"lat_min": -0.1, "lat_max": 0.1, "lon_min": 0.0, "lon_max": 85.0}, True),
+        ({"lat_min": -0.1, "lat_max": 0.1, "lon_min": 0.0, "lon_max": 87.0}, False),
+        ({"lat_min": -0.1, "lat_max": 0.1, "lon_min": -180.0, "lon_max": 180.0}, False),
+        # Near the 85 degree limit a region may be about a degree tall.
+        ({"lat_min": 84.0, "lat_max": 85.0, "lon_min": 0.0, "lon_max": 1.0}, True),
+        ({"lat_min": 83.5, "lat_max": 85.0, "lon_min": 0.0, "lon_max": 1.0}, False),
+    ],
+)
+def test_region_extent_is_bounded_by_the_projection_distortion(region, accepted):
+    data = with_changes(
+        PLANAR_SPEC,
+        region=region,
+        cell_size_m=100_000,
+        privacy_level=...,
+        privacy_radius_m=...,
+        epsilon=1e-6,
+    )
+    if accepted:
+        spec = CampaignSpec.from_dict(data)
+        assert spec.region.to_dict() == region
+        assert spec.region.projection_distortion() <= MAX_PROJECTION_DISTORTION
+    else:
+        rejected(data, "region")
+
+
+def test_existing_planar_grids_are_unchanged():
+    # The grid (cell numbering and wire centres) of a city campaign, as computed before the
+    # distortion bound: the bound only refuses regions, it moves no cell.
+    grid = CampaignSpec.from_dict(PLANAR_SPEC).grid
+    assert (grid.rows, grid.cols) == (6, 5)
+    assert grid.centre(0) == (37.7708993, -122.4188622)
+    assert grid.centre(grid.n_cells - 1) == (37.7798925, -122.4097601)
 
 
 @pytest.mark.parametrize("cell", [..., 0, -5, 0.999, True, "200", float("nan"), float("inf")])

@@ -1,0 +1,237 @@
+"""One ``serve`` per data directory, and no redis-server outliving its owner.
+
+Real processes: ``ldp-aggregator serve`` killed with SIGKILL takes its
+embedded Redis with it; a Redis orphaned by another dead owner is shut down
+and replaced by the next ``serve`` with every stored report intact; a second
+``serve`` on a directory in use is refused with the first one's pid.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+import requests
+
+from aggregator.redis_server import EmbeddedRedis
+
+ROOT = Path(__file__).resolve().parents[2]
+ADMIN_TOKEN = "ownership-admin-token-0123456789abcdef"
+SPEC = {"id": "own", "title": "Ownership", "mechanism": "krr", "epsilon": 1.0, "domain": ["a", "b"]}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _env(data_dir: Path) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "LDP_ADMIN_TOKEN": ADMIN_TOKEN,
+        "LDP_DATA_DIR": str(data_dir),
+    }
+    env.pop("LDP_REDIS_URL", None)
+    env.pop("LDP_ANALYST_TOKEN", None)
+    return env
+
+
+def _serve(data_dir: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "aggregator.cli",
+                "serve",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
+            cwd=data_dir.parent,
+            env=_env(data_dir),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    return process, f"http://127.0.0.1:{port}/api/v1"
+
+
+def _wait_healthy(process: subprocess.Popen, url: str, log: Path) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert process.poll() is None, log.read_text()
+        try:
+            if requests.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"serve did not come up:\n{log.read_text()}")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+def _redis_pid(data_dir: Path) -> int:
+    client = redis.Redis(unix_socket_path=str(data_dir / "redis.sock"), socket_timeout=2)
+    try:
+        return int(client.info("server")["process_id"])
+    finally:
+        client.close()
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        if Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] == "Z":
+            return True  # a zombie: exited, waiting for its (new) parent to reap it
+        time.sleep(0.05)
+    return False
+
+
+def _send(url: str, n: int) -> int:
+    reports = [{"report_id": str(uuid.uuid4()), "value": "ab"[i % 2]} for i in range(n)]
+    response = requests.post(f"{url}/campaigns/own/reports", json={"reports": reports}, timeout=10)
+    assert response.status_code == 200, response.text
+    return response.json()["accepted"]
+
+
+def _n_reports(url: str) -> int:
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    response = requests.get(f"{url}/campaigns/own/counts", headers=headers, timeout=10)
+    assert response.status_code == 200, response.text
+    return response.json()["n"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc and prctl")
+def test_kill_9_of_serve_takes_its_redis_along_and_the_next_serve_has_every_report(tmp_path):
+    data_dir, log = tmp_path / "data", tmp_path / "serve.log"
+    first, url = _serve(data_dir, log)
+    try:
+        _wait_healthy(first, url, log)
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        assert requests.post(f"{url}/campaigns", json=SPEC, headers=headers, timeout=10).ok
+        accepted = _send(url, 200)
+        redis_pid = _redis_pid(data_dir)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        assert _gone(redis_pid, within_s=10), "the embedded redis-server outlived serve"
+    finally:
+        if first.poll() is None:
+            first.kill()
+    second, url = _serve(data_dir, log)
+    try:
+        _wait_healthy(second, url, log)
+        assert _redis_pid(data_dir) != redis_pid
+        assert _n_reports(url) == accepted == 200
+    finally:
+        _stop(second)
+    assert not EmbeddedRedis(data_dir).is_running()
+
+
+def test_a_redis_left_by_a_dead_owner_is_shut_down_and_its_data_kept(tmp_path):
+    data_dir, log = tmp_path / "data", tmp_path / "serve.log"
+    # An owner that starts the embedded Redis without tying it to its own life, stores
+    # reports, then dies by SIGKILL: its redis-server is left running (an orphan).
+    owner_script = textwrap.dedent(
+        f"""
+        import sys, time, uuid
+        import redis
+        from aggregator.redis_server import EmbeddedRedis
+        from aggregator.store import CampaignStore, StoredReport
+        from shared.spec import CampaignSpec
+        spec = CampaignSpec.from_dict({SPEC!r})
+        store = CampaignStore(redis.Redis.from_url(EmbeddedRedis({str(data_dir)!r}).start()))
+        store.create_campaign(spec)
+        reports = [StoredReport(str(uuid.uuid4()), i % 2, "ab"[i % 2]) for i in range(300)]
+        print(store.ingest(spec.id, reports).accepted, flush=True)
+        time.sleep(600)
+        """
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", owner_script],
+        env=_env(data_dir),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert owner.stdout.readline().strip() == "300"
+        orphan_pid = _redis_pid(data_dir)
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(timeout=10)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+    assert EmbeddedRedis(data_dir).is_running()  # the orphan
+
+    serve, url = _serve(data_dir, log)
+    try:
+        _wait_healthy(serve, url, log)
+        assert _gone(orphan_pid, within_s=10)
+        assert _redis_pid(data_dir) != orphan_pid
+        assert _n_reports(url) == 300
+        text = log.read_text()
+        assert "left running" in text and str(orphan_pid) in text
+    finally:
+        _stop(serve)
+
+
+def test_a_second_serve_on_the_same_data_directory_is_refused(tmp_path):
+    data_dir, log = tmp_path / "data", tmp_path / "serve.log"
+    first, url = _serve(data_dir, log)
+    try:
+        _wait_healthy(first, url, log)
+        second = subprocess.run(
+            [sys.executable, "-m", "aggregator.cli", "serve", "--port", str(_free_port())],
+            cwd=tmp_path,
+            env=_env(data_dir),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 1
+        assert f"pid {first.pid}" in second.stderr
+        assert str(data_dir) in second.stderr
+        # The first server is unharmed, and keeps its gunicorn control socket to itself.
+        assert requests.get(f"{url}/health", timeout=5).status_code == 200
+        assert (data_dir / "gunicorn.ctl").exists()
+    finally:
+        _stop(first)
+    assert not EmbeddedRedis(data_dir).is_running()
+
+
+def test_serve_refuses_a_weak_token_before_starting_anything(tmp_path):
+    data_dir = tmp_path / "data"
+    env = {**_env(data_dir), "LDP_ADMIN_TOKEN": "change-me"}
+    result = subprocess.run(
+        [sys.executable, "-m", "aggregator.cli", "serve", "--port", str(_free_port())],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "LDP_ADMIN_TOKEN" in result.stderr and "change-me" not in result.stderr
+    assert not data_dir.exists()
