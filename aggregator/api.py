@@ -262,6 +262,20 @@ def get_counts(campaign_id: str) -> flask.Response:
     return flask.jsonify(export.counts_body(campaign, counts, store.hourly_counts(campaign_id)))
 
 
+def _estimate_sources() -> dict[str, Any]:
+    """The app's channel operators and per-estimate limits, for the cached_estimate calls."""
+    return {"channels": get_channels(), "limits": estimates.current_limits()}
+
+
+def bounded_estimate(
+    campaign: Campaign, method: str, confidence: float
+) -> tuple[dict[str, Any], bool]:
+    """The campaign's (cached) estimate within the app's limits, and whether it was cached."""
+    return estimates.cached_estimate(
+        get_store(), campaign, method, confidence, **_estimate_sources()
+    )
+
+
 @bp.get("/campaigns/<campaign_id>/estimate")
 @require(ANALYST)
 def get_estimate(campaign_id: str) -> flask.Response:
@@ -271,14 +285,17 @@ def get_estimate(campaign_id: str) -> flask.Response:
     confidence = estimates.parse_confidence(flask.request.args.get("confidence"))
     output = export.parse_format(flask.request.args.get("format"))
     campaign = load_campaign(campaign_id)
-    body, cached = estimates.cached_estimate(
-        get_store(), campaign, method, confidence, channels=get_channels()
-    )
     if output == "csv":
+        body, cached = bounded_estimate(campaign, method, confidence)
         response = _csv_download(
             export.estimate_csv(campaign, body), f"{campaign_id}-estimate-{method}.csv"
         )
     else:
-        response = flask.jsonify(body)
+        # The cached text as it is: parsing and serialising a large grid's body again
+        # would cost more than the rest of a cache hit.
+        text, cached = estimates.cached_estimate_json(
+            get_store(), campaign, method, confidence, **_estimate_sources()
+        )
+        response = flask.Response(text, mimetype="application/json")
     response.headers[ESTIMATE_CACHE_HEADER] = "hit" if cached else "miss"
     return response

@@ -25,6 +25,12 @@ from aggregator import api, auth, cors, dashboard, enrollment, openapi, ratelimi
 from aggregator.capacity import DEFAULT_CHECK_INTERVAL_S, DEFAULT_HIGH_WATER
 from aggregator.db import EXTENSION, StoreHandle
 from aggregator.errors import register_error_handlers
+from aggregator.estimates import (
+    DEFAULT_MAX_WORK,
+    DEFAULT_TIMEOUT_S,
+    LIMITS_EXTENSION,
+    EstimateLimits,
+)
 from aggregator.redis_server import DEFAULT_DATA_DIR, DEFAULT_FSYNC, parse_memory_size
 from aggregator.reports import DEFAULT_MAX_BATCH, DEFAULT_REPORT_BUDGET
 from aggregator.store import DEFAULT_CAMPAIGN_MAX_REPORTS, DEFAULT_REPORT_ID_TTL_S
@@ -59,6 +65,8 @@ DEFAULTS: dict[str, Any] = {
     "TRUSTED_PROXIES": 0,
     # None: the session cookie is Secure when the request came over HTTPS.
     "SESSION_COOKIE_SECURE": None,
+    "ESTIMATE_MAX_WORK": DEFAULT_MAX_WORK,
+    "ESTIMATE_TIMEOUT_S": DEFAULT_TIMEOUT_S,
 }
 
 
@@ -134,6 +142,7 @@ def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=proxies, x_proto=proxies)  # type: ignore[method-assign]
 
     app.extensions[EXTENSION] = StoreHandle(app.config)
+    app.extensions[LIMITS_EXTENSION] = EstimateLimits.from_config(app.config)
     register_error_handlers(app)
     cors.init_app(app)
     app.register_blueprint(api.bp)

@@ -323,8 +323,8 @@ def campaign_open(opener: StoreOpener, campaign_id: str) -> None:
 )
 @click.option(
     "--confidence",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=estimates.DEFAULT_CONFIDENCE,
+    type=click.Choice([str(level) for level in estimates.CONFIDENCE_LEVELS]),
+    default=str(estimates.DEFAULT_CONFIDENCE),
     show_default=True,
 )
 @click.option(
@@ -334,24 +334,47 @@ def campaign_open(opener: StoreOpener, campaign_id: str) -> None:
     f"[default: {DEFAULT_TOP_CELLS} cells for locations, every label in order otherwise].",
 )
 @click.option("--all", "show_all", is_flag=True, help="Show every output (cells by share).")
+@click.option(
+    "--max-work",
+    type=click.IntRange(min=1),
+    envvar="LDP_ESTIMATE_MAX_WORK",
+    default=estimates.DEFAULT_MAX_WORK,
+    show_default=True,
+    help="Work cap of the estimate (cells x iterations x replicates), as the server's.",
+)
+@click.option(
+    "--timeout-s",
+    type=click.FloatRange(min=0, min_open=True),
+    envvar="LDP_ESTIMATE_TIMEOUT_S",
+    default=estimates.DEFAULT_TIMEOUT_S,
+    show_default=True,
+    help="Time limit of the estimate in seconds, as the server's.",
+)
+@click.option("--no-limits", is_flag=True, help="Compute however long the estimate takes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")
 @click.pass_obj
 def estimate_command(
     opener: StoreOpener,
     campaign_id: str,
     method: str,
-    confidence: float,
+    confidence: str,
     top: int | None,
     show_all: bool,
+    max_work: int,
+    timeout_s: float,
+    no_limits: bool,
     as_json: bool,
 ) -> None:
     """Estimate a campaign's distribution with confidence intervals.
 
     Locations show their cells' centres, largest estimated share first.
+    The estimate is bounded like the server's (LDP_ESTIMATE_MAX_WORK,
+    LDP_ESTIMATE_TIMEOUT_S) unless --no-limits is given.
     """
     store = opener.store()
     campaign = store.get_campaign(campaign_id)
-    result, _ = estimates.cached_estimate(store, campaign, method, confidence)
+    limits = None if no_limits else estimates.EstimateLimits(max_work, timeout_s)
+    result, _ = estimates.cached_estimate(store, campaign, method, float(confidence), limits=limits)
     if as_json:
         _echo_json(result)
         return
@@ -371,7 +394,7 @@ def estimate_command(
             f"the {top} of {len(rows)} {'cells' if planar else 'labels'} with the largest "
             "estimated share (--all for every one)"
         )
-    level = f"{confidence:.0%}"
+    level = f"{float(confidence):.0%}"
     interval = f"{'frequency':>10} {level + ' low':>10} {level + ' high':>10}"
     if planar:
         click.echo(f"{'cell':<12} {'lat':>10} {'lon':>11} {interval}")

@@ -54,9 +54,18 @@ _HTTP_CODES = {
 class APIError(LDPError):
     """An error the HTTP layer raises itself (authentication, media type, body)."""
 
-    def __init__(self, status: int, code: str, message: str, *, field: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        field: str | None = None,
+        retry_after_s: int | None = None,
+    ):
         super().__init__(message, field=field, code=code)
         self.status = status
+        self.retry_after_s = retry_after_s
 
 
 def error_response(
@@ -71,6 +80,8 @@ def _api_error(error: APIError) -> flask.Response:
     response = error_response(error.status, error.code, error.message, error.field)
     if error.status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="ldp"'
+    if error.retry_after_s is not None:
+        response.headers["Retry-After"] = str(error.retry_after_s)
     return response
 
 

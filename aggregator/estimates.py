@@ -7,31 +7,60 @@ method, and shapes the response (labels, intervals, grid, timings).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
 import math
+import secrets
 import sys
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+import flask
 import numpy as np
+import redis
 
+from aggregator.errors import APIError
 from aggregator.estimation import (
     METHODS,
     Channel,
     SingularChannelError,
+    budget,
     channel_for,
     estimate,
     poisoning,
 )
-from aggregator.store import Campaign, CampaignStore
+from aggregator.store import Campaign, CampaignStore, is_out_of_memory
 from shared.errors import ValidationError
 from shared.mechanisms import Mechanism, PlanarLaplace
 
 DEFAULT_METHOD = "ibu"
 DEFAULT_CONFIDENCE = 0.95
+# The confidence levels an estimate can be asked for: each level is its own computation
+# and cache entry, so a caller must not be able to ask for arbitrarily many.
+CONFIDENCE_LEVELS = (0.8, 0.9, 0.95, 0.99)
+# Work units of one estimate (cells x iterations x replicates, see
+# aggregator.estimation.budget) and its time limit: LDP_ESTIMATE_MAX_WORK and
+# LDP_ESTIMATE_TIMEOUT_S. A 64 x 64 planar estimate with intervals is a small fraction
+# of the cap; a 512 x 512 one is stopped by the time limit.
+DEFAULT_MAX_WORK = 10**9
+DEFAULT_TIMEOUT_S = 30.0
+# The key of the app's EstimateLimits in ``app.extensions``.
+LIMITS_EXTENSION = "ldp_estimate_limits"
+# How often a request waiting for another's computation of the same estimate looks for it.
+LOCK_POLL_S = 0.1
+# A computation's lock outlives its time limit by this much (or lasts this long without one),
+# so that a worker that died mid-computation holds up the others only for a while.
+LOCK_MARGIN_S = 10.0
+LOCK_WITHOUT_LIMIT_S = 3600.0
+_RELEASE_IF_OURS = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 # Channel operators kept per process: a planar kernel takes up to a second to build for a
 # large grid and a few MB to hold, so a handful of recent campaigns is enough.
 CHANNEL_CACHE_SIZE = 16
@@ -111,21 +140,115 @@ def parse_method(raw: str) -> str:
     return raw
 
 
+def check_confidence(level: float) -> float:
+    """``level`` if it is one of :data:`CONFIDENCE_LEVELS`, else a :class:`ValidationError`."""
+    if level not in CONFIDENCE_LEVELS:
+        raise ValidationError(
+            f"confidence must be one of {', '.join(map(str, CONFIDENCE_LEVELS))}",
+            field="confidence",
+            code="invalid_parameter",
+        )
+    return level
+
+
 def parse_confidence(raw: str | None) -> float:
-    """The interval's confidence level from a query string, in (0, 1); 0.95 by default."""
+    """The interval's confidence level from a query string; 0.95 by default.
+
+    Only the levels of :data:`CONFIDENCE_LEVELS` are accepted (``0.950`` is
+    0.95; ``0.9500001`` is refused), so that callers cannot multiply the
+    estimates computed and cached for a campaign.
+    """
     if raw is None:
         return DEFAULT_CONFIDENCE
     try:
         level = float(raw)
     except ValueError:
         level = math.nan
-    if not (math.isfinite(level) and 0 < level < 1):
-        raise ValidationError(
-            "confidence must be a number strictly between 0 and 1",
-            field="confidence",
-            code="invalid_parameter",
-        )
-    return level
+    return check_confidence(level)
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimateLimits:
+    """The budget of one estimate: a cap on its work units and a time limit (None: none)."""
+
+    max_work: int | None = DEFAULT_MAX_WORK
+    timeout_s: float | None = DEFAULT_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.max_work is not None and (
+            isinstance(self.max_work, bool) or not isinstance(self.max_work, int)
+        ):
+            raise ValueError(f"ESTIMATE_MAX_WORK must be an integer, got {self.max_work!r}")
+        if self.max_work is not None and self.max_work < 1:
+            raise ValueError(f"ESTIMATE_MAX_WORK must be at least 1, got {self.max_work!r}")
+        if self.timeout_s is not None and not (
+            isinstance(self.timeout_s, int | float)
+            and not isinstance(self.timeout_s, bool)
+            and math.isfinite(self.timeout_s)
+            and self.timeout_s > 0
+        ):
+            raise ValueError(
+                f"ESTIMATE_TIMEOUT_S must be a positive number, got {self.timeout_s!r}"
+            )
+
+    @property
+    def retry_after_s(self) -> int:
+        """Seconds a client should wait before asking again for an estimate that timed out."""
+        return max(1, math.ceil(self.timeout_s or DEFAULT_TIMEOUT_S))
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> EstimateLimits:
+        """The limits of an app's settings ``ESTIMATE_MAX_WORK`` and ``ESTIMATE_TIMEOUT_S``."""
+        return cls(max_work=config["ESTIMATE_MAX_WORK"], timeout_s=config["ESTIMATE_TIMEOUT_S"])
+
+
+def current_limits() -> EstimateLimits:
+    """The current app's per-estimate limits (read from its settings by the app factory)."""
+    return flask.current_app.extensions[LIMITS_EXTENSION]
+
+
+class EstimateTooCostly(ValidationError):
+    """An estimate needs more work than the server allows one estimate (422)."""
+
+    code = "estimate_too_costly"
+
+
+def bounded(
+    function: Callable[..., _Result], limits: EstimateLimits | None
+) -> Callable[..., _Result]:
+    """``function`` run under ``limits`` in the thread that calls it, budget errors mapped.
+
+    The budget is per thread, so it must be opened by the thread that computes
+    (:func:`off_loop` hands the function to gevent's thread pool). A stopped
+    estimate raises out of its loop and its thread goes back to the pool.
+    Exceeding the work cap is :class:`EstimateTooCostly` (the same counts never
+    fit); the time limit is a 503 with ``Retry-After``.
+    """
+    if limits is None:
+        return function
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> _Result:
+        try:
+            with budget.limited(max_work=limits.max_work, timeout_s=limits.timeout_s):
+                return function(*args, **kwargs)
+        except budget.WorkLimitExceeded as exc:
+            raise EstimateTooCostly(
+                f"{exc}, the most one estimate may take (the server's "
+                "LDP_ESTIMATE_MAX_WORK; work is cells x iterations x replicates); "
+                "a cheaper method or a larger limit is needed",
+                field="method",
+            ) from None
+        except budget.EstimateTimedOut as exc:
+            raise APIError(
+                503,
+                "estimate_timed_out",
+                f"{exc} (the server's LDP_ESTIMATE_TIMEOUT_S) and was stopped; "
+                "retry later, or use a cheaper method",
+                retry_after_s=limits.retry_after_s,
+            ) from None
+
+    return run
 
 
 def count_vector(counts: dict[int, int], n_outputs: int) -> np.ndarray:
@@ -148,8 +271,13 @@ def estimate_response(
     ``method`` and ``confidence`` are already parsed. With no reports yet the
     response has ``n = 0`` and an empty ``estimates`` list. ``channel`` reuses
     an operator already built for this campaign (see :class:`ChannelCache`).
+    For categorical campaigns each row also has ``raw_frequency``, the share of
+    the noisy reports that carry that category. The work is charged to the
+    calling thread's budget (:mod:`aggregator.estimation.budget`), if it has one.
     """
     mechanism = campaign.mechanism
+    # The shaping below passes over every output a few times (counts, labels, rows).
+    budget.charge(mechanism.n_outputs)
     vector = count_vector(counts, mechanism.n_outputs)
     head = {"campaign": campaign.spec.id, "spec_hash": campaign.spec_hash}
     if not vector.any():
@@ -163,6 +291,12 @@ def estimate_response(
             code="method_not_applicable",
         ) from exc
     response = {**head, **result.to_dict(output_labels(mechanism))}
+    if not isinstance(mechanism, PlanarLaplace):
+        # The share of reports per category, before any correction for the noise: what
+        # an estimate has to beat, shown beside it.
+        raw = vector / vector.sum()
+        for row, share in zip(response["estimates"], raw, strict=True):
+            row["raw_frequency"] = float(share)
     response["poisoning"] = poisoning.check(mechanism, vector).to_dict()
     if isinstance(mechanism, PlanarLaplace):
         grid = mechanism.grid
@@ -195,6 +329,7 @@ def cached_estimate(
     confidence: float,
     *,
     channels: ChannelCache | None = None,
+    limits: EstimateLimits | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """:func:`estimate_response` on the stored counts, cached in Redis until they change.
 
@@ -202,17 +337,145 @@ def cached_estimate(
     by campaign, method and confidence, and holds the digest of the counts it was
     computed from: a new report changes the counts, so the next request
     recomputes. A cached body is the computed one unchanged (its ``seconds`` is
-    the time the estimate took to compute).
+    the time the estimate took to compute). ``confidence`` must be one of
+    :data:`CONFIDENCE_LEVELS`. With ``limits`` a computation that needs more
+    work than allowed raises :class:`EstimateTooCostly`, one that runs past the
+    time limit a 503 :class:`~aggregator.errors.APIError`; nothing is cached then.
     """
+    text, body, cached = _cached_estimate(
+        store, campaign, method, confidence, channels=channels, limits=limits
+    )
+    return (json.loads(text) if body is None else body), cached
+
+
+def cached_estimate_json(
+    store: CampaignStore,
+    campaign: Campaign,
+    method: str,
+    confidence: float,
+    *,
+    channels: ChannelCache | None = None,
+    limits: EstimateLimits | None = None,
+) -> tuple[str, bool]:
+    """:func:`cached_estimate` as JSON text: a cache hit is served without parsing the body."""
+    text, _, cached = _cached_estimate(
+        store, campaign, method, confidence, channels=channels, limits=limits
+    )
+    return text, cached
+
+
+def _cached_estimate(
+    store: CampaignStore,
+    campaign: Campaign,
+    method: str,
+    confidence: float,
+    *,
+    channels: ChannelCache | None,
+    limits: EstimateLimits | None,
+) -> tuple[str, dict[str, Any] | None, bool]:
+    """The body's JSON text, the body itself when it was just computed, whether cached."""
+    check_confidence(confidence)
     campaign_id = campaign.spec.id
     counts = store.counts(campaign_id)
     digest = counts_digest(campaign, counts)
     variant = f"{method}:{confidence!r}"
     hit = store.cached_estimate(campaign_id, variant, digest)
     if hit is not None:
-        return json.loads(hit), True
-    channel = channels.get(campaign) if channels is not None and counts else None
-    response = off_loop(estimate_response, campaign, counts, method, confidence, channel=channel)
-    body = json.dumps(response, separators=(",", ":"), default=_plain)
-    store.cache_estimate(campaign_id, variant, digest, body)
-    return response, False
+        return hit.decode(), None, True
+    lock = ComputeLock(store, campaign_id, variant, digest, limits)
+    started, allowed = time.monotonic(), limits
+    while not lock.acquire():
+        # Another request (in this worker or another) computes this very estimate: wait for
+        # its result rather than compute it twice, within this request's own time limit.
+        time.sleep(LOCK_POLL_S)
+        hit = store.cached_estimate(campaign_id, variant, digest)
+        if hit is not None:
+            return hit.decode(), None, True
+        limits = _remaining(allowed, time.monotonic() - started)
+    try:
+        channel = channels.get(campaign) if channels is not None and counts else None
+        response = off_loop(
+            bounded(estimate_response, limits),
+            campaign,
+            counts,
+            method,
+            confidence,
+            channel=channel,
+        )
+        body = json.dumps(response, separators=(",", ":"), default=_plain)
+        store.cache_estimate(campaign_id, variant, digest, body)
+    finally:
+        lock.release()
+    return body, response, False
+
+
+def _remaining(limits: EstimateLimits | None, waited_s: float) -> EstimateLimits | None:
+    """The limits left to a request that waited ``waited_s`` for another's computation.
+
+    The time limit covers the wait: a request whose time is up answers 503
+    ``estimate_pending`` rather than computing for a whole time limit more.
+    """
+    if limits is None or limits.timeout_s is None:
+        return limits
+    left = limits.timeout_s - waited_s
+    if left <= 0:
+        raise APIError(
+            503,
+            "estimate_pending",
+            "this estimate is being computed for another request and was not ready "
+            f"within {limits.timeout_s:g} s (the server's LDP_ESTIMATE_TIMEOUT_S); retry later",
+            retry_after_s=limits.retry_after_s,
+        )
+    return dataclasses.replace(limits, timeout_s=left)
+
+
+class ComputeLock:
+    """A Redis lock on computing one estimate (campaign, variant, counts digest).
+
+    Whoever holds it computes; other requests for the same estimate, in any
+    worker, wait for the cached result instead of computing it again. The lock
+    expires on its own shortly after the computation's time limit.
+    """
+
+    KEY = "ldp:{{c:{id}}}:estimate-lock:{variant}:{digest}"
+
+    def __init__(
+        self,
+        store: CampaignStore,
+        campaign_id: str,
+        variant: str,
+        digest: str,
+        limits: EstimateLimits | None,
+    ) -> None:
+        self._connection = store.connection
+        self._key = self.KEY.format(id=campaign_id, variant=variant, digest=digest)
+        self._token = secrets.token_hex(16)
+        self._held = False
+        timeout_s = None if limits is None else limits.timeout_s
+        self._ttl_ms = int(
+            1000 * (LOCK_WITHOUT_LIMIT_S if timeout_s is None else timeout_s + LOCK_MARGIN_S)
+        )
+
+    def acquire(self) -> bool:
+        """Take the lock if it is free; at Redis's memory limit, go on without one."""
+        try:
+            self._held = bool(
+                self._connection.set(self._key, self._token, nx=True, px=self._ttl_ms)
+            )
+        except redis.ResponseError as exc:
+            if not is_out_of_memory(exc):
+                raise
+            # No room for the lock (nor for the cache): compute without it rather than fail.
+            return True
+        return self._held
+
+    def release(self) -> None:
+        if not self._held:
+            return
+        self._held = False
+        try:
+            self._connection.eval(_RELEASE_IF_OURS, 1, self._key, self._token)
+        except redis.ResponseError as exc:
+            if not is_out_of_memory(exc):
+                raise
+            # The lock expires on its own shortly.

@@ -6,6 +6,7 @@ from typing import Any
 
 import flask
 
+from aggregator.estimates import CONFIDENCE_LEVELS, DEFAULT_CONFIDENCE
 from aggregator.estimation import METHODS
 from shared.spec import MECHANISMS
 
@@ -226,9 +227,15 @@ def document() -> dict[str, Any]:
                         "frequency": {"type": "number"},
                         "ci_low": {"type": "number"},
                         "ci_high": {"type": "number"},
+                        "raw_frequency": {
+                            "type": "number",
+                            "description": "rr and krr only: share of the noisy reports",
+                        },
                     },
                 },
             },
+            "estimator": {"type": "string", "description": "what ran, in words"},
+            "warnings": {"type": "array", "items": {"type": "string"}},
             "n_iter": {"type": "integer", "nullable": True, "description": "IBU iterations"},
             "converged": {"type": "boolean", "nullable": True},
             "log_likelihood": {"type": "number", "nullable": True},
@@ -435,11 +442,8 @@ def document() -> dict[str, Any]:
                         "in": "query",
                         "schema": {
                             "type": "number",
-                            "exclusiveMinimum": True,
-                            "minimum": 0,
-                            "exclusiveMaximum": True,
-                            "maximum": 1,
-                            "default": 0.95,
+                            "enum": list(CONFIDENCE_LEVELS),
+                            "default": DEFAULT_CONFIDENCE,
                         },
                     },
                     _FORMAT,
@@ -459,6 +463,15 @@ def document() -> dict[str, Any]:
                             },
                         ),
                         **_errors(401, 403, 404, 422, 429),
+                        "503": {
+                            **_json(
+                                _ERROR,
+                                "The estimate ran past the server's time limit and was "
+                                "stopped, or another request's computation of it was not "
+                                "ready in time; Retry-After says when to try again",
+                            ),
+                            "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+                        },
                     },
                 },
             },

@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from aggregator import estimates
 from aggregator.store import Campaign, CampaignStore
 from shared.spec import PLANAR_LAPLACE
 
@@ -135,11 +134,10 @@ def heatmap_layers(campaign: Campaign, counts: dict[int, int], estimate: dict) -
     }
 
 
-def estimate_payload(
-    store: CampaignStore, campaign: Campaign, method: str, confidence: float, **cache: Any
-) -> dict[str, Any]:
-    """The estimate API's body (from its cache), plus the heatmap layers for planar campaigns."""
-    payload, _ = estimates.cached_estimate(store, campaign, method, confidence, **cache)
+def estimate_payload(store: CampaignStore, campaign: Campaign, body: dict) -> dict[str, Any]:
+    """The estimate API's ``body``, plus the heatmap layers for planar campaigns."""
+    payload = dict(body)
+    method = payload["method"]
     payload["method_name"] = METHOD_NAMES.get(method, method)
     if campaign.spec.mechanism == PLANAR_LAPLACE:
         payload["heatmap"] = heatmap_layers(campaign, store.counts(campaign.spec.id), payload)

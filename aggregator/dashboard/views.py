@@ -15,10 +15,10 @@ from typing import Any
 import flask
 
 from aggregator import estimates, export
-from aggregator.api import load_campaign
+from aggregator.api import bounded_estimate, load_campaign
 from aggregator.dashboard import data, sessions
 from aggregator.dashboard.sessions import data_login_required, page_login_required
-from aggregator.db import get_channels, get_store
+from aggregator.db import get_store
 from aggregator.errors import APIError
 from aggregator.estimation import METHODS
 from aggregator.store import Campaign, CampaignNotFound
@@ -150,7 +150,7 @@ def campaign_page(campaign_id: str) -> Any:
         planar=planar,
         grid=spec.grid if planar else None,
         domain_size=None if planar else len(spec.domain or ()),
-        methods=[(m, data.METHOD_NAMES[m]) for m in METHODS],
+        methods=[(m, data.METHOD_NAMES.get(m, m)) for m in METHODS],
         default_method=estimates.DEFAULT_METHOD,
         refresh_s=flask.current_app.config["DASHBOARD_REFRESH_S"],
     )
@@ -181,10 +181,8 @@ def campaign_summary(campaign_id: str) -> flask.Response:
 def campaign_estimate(campaign_id: str) -> flask.Response:
     method, confidence = _estimate_args()
     campaign = load_campaign(campaign_id)
-    payload = data.estimate_payload(
-        get_store(), campaign, method, confidence, channels=get_channels()
-    )
-    return flask.jsonify(payload)
+    body, _ = bounded_estimate(campaign, method, confidence)
+    return flask.jsonify(data.estimate_payload(get_store(), campaign, body))
 
 
 @bp.get("/data/campaigns/<campaign_id>/estimate.<any(csv, json):fmt>")
@@ -193,9 +191,7 @@ def download_estimate(campaign_id: str, fmt: str) -> flask.Response:
     """The estimate as a file: CSV (one line per category or cell) or the API's JSON."""
     method, confidence = _estimate_args()
     campaign = load_campaign(campaign_id)
-    body, _ = estimates.cached_estimate(
-        get_store(), campaign, method, confidence, channels=get_channels()
-    )
+    body, _ = bounded_estimate(campaign, method, confidence)
     if fmt == "csv":
         response = flask.Response(export.estimate_csv(campaign, body), mimetype="text/csv")
     else:

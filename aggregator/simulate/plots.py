@@ -14,12 +14,35 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from aggregator.simulate.runner import NOISY, ResultRow, SimulationResult, Snapshot
 
 # Beyond this many categories the estimates are drawn as points sorted by truth, not bars.
 MAX_BARS = 40
 _DPI = 110
+# matplotlib's default cycle ("tab10"), given by name so colours do not depend on the order
+# in which methods happen to be drawn.
+_PALETTE = (
+    "tab:blue",
+    "tab:orange",
+    "tab:green",
+    "tab:red",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:gray",
+    "tab:olive",
+    "tab:cyan",
+)
+METHOD_COLOURS = {
+    "ibu": "tab:blue",
+    "inversion": "tab:orange",
+    "clip": "tab:green",
+    "projection": "tab:red",
+    NOISY: "tab:gray",
+}
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
 def _stem(snapshot: Snapshot) -> str:
@@ -39,19 +62,21 @@ def plot_estimates(snapshot: Snapshot, labels: Sequence[str], path: Path) -> Pat
     methods = [m for m in snapshot.estimates if m != NOISY]
     figure = Figure(figsize=(max(6.0, min(16.0, 0.35 * k + 3)), 4.2), dpi=_DPI)
     axes = figure.add_subplot()
+    colours = {"truth": "black", **method_colours(methods)}
     if k <= MAX_BARS:
         series = [("truth", snapshot.truth)] + [(m, snapshot.estimates[m]) for m in methods]
         width = 0.8 / len(series)
         x = np.arange(k)
         for i, (name, values) in enumerate(series):
-            axes.bar(x + (i - (len(series) - 1) / 2) * width, values, width, label=name)
+            offset = (i - (len(series) - 1) / 2) * width
+            axes.bar(x + offset, values, width, label=name, color=colours[name])
         axes.set_xticks(x, labels, rotation=90 if k > 12 else 0, fontsize=8)
     else:
         order = np.argsort(-snapshot.truth)
         x = np.arange(k)
         axes.plot(x, snapshot.truth[order], color="black", linewidth=2, label="truth")
         for m in methods:
-            axes.plot(x, snapshot.estimates[m][order], ".", markersize=3, label=m)
+            axes.plot(x, snapshot.estimates[m][order], ".", markersize=3, label=m, color=colours[m])
         axes.set_xlabel("categories, by true frequency")
     axes.axhline(0, color="grey", linewidth=0.5)
     axes.set_ylabel("frequency")
@@ -86,15 +111,46 @@ def plot_heatmaps(snapshot: Snapshot, rows: int, cols: int, path: Path) -> Path:
     return path
 
 
-def plot_error_vs_epsilon(rows: Sequence[ResultRow], path: Path, *, location: bool) -> Path:
-    """Error against epsilon per method, one panel per n (and per metric for locations)."""
+def method_colours(methods: Sequence[str]) -> dict[str, str]:
+    """One colour per method, the same in every panel and every figure.
+
+    The known methods have colours of their own; any other method takes the
+    next unused colour of the palette, in name order, so a panel that lacks a
+    method (inversion has no EMD) never shifts the colours of the others.
+    """
+    colours = {m: METHOD_COLOURS[m] for m in methods if m in METHOD_COLOURS}
+    spare = [c for c in _PALETTE if c not in METHOD_COLOURS.values()]
+    for i, method in enumerate(sorted(set(methods) - set(METHOD_COLOURS))):
+        colours[method] = spare[i % len(spare)]
+    return colours
+
+
+def epsilon_axis_label(mechanism: str) -> str:
+    """The epsilon axis's title with its unit (per metre for locations)."""
+    if mechanism == "planar_laplace":
+        return "epsilon (per metre, log scale)"
+    return "epsilon (per report, log scale)"
+
+
+def error_vs_epsilon_figure(rows: Sequence[ResultRow], *, location: bool) -> Figure:
+    """Error against epsilon per method, one panel per n (and per metric for locations).
+
+    Each method has one colour and marker in every panel (:func:`method_colours`),
+    and every panel has its own legend of the methods it shows.
+    """
     ns = sorted({row.n for row in rows})
-    metrics = [("tv", "total variation")] + ([("emd_m", "EMD (m)")] if location else [])
+    metrics = [("tv", "total variation", "total variation")]
+    if location:
+        metrics.append(("emd_m", "EMD (m)", "EMD"))
     figure = Figure(figsize=(4.6 * len(ns), 3.6 * len(metrics)), dpi=_DPI)
     grid = figure.subplots(len(metrics), len(ns), squeeze=False)
     methods = list(dict.fromkeys(row.method for row in rows))
+    colours = method_colours(methods)
+    markers = {m: _MARKERS[i % len(_MARKERS)] for i, m in enumerate(sorted(methods))}
+    mechanisms = {row.mechanism for row in rows}
+    x_label = epsilon_axis_label(mechanisms.pop() if len(mechanisms) == 1 else "")
     for j, n in enumerate(ns):
-        for i, (metric, label) in enumerate(metrics):
+        for i, (metric, label, short) in enumerate(metrics):
             axes = grid[i][j]
             for method in methods:
                 points = sorted(
@@ -104,15 +160,31 @@ def plot_error_vs_epsilon(rows: Sequence[ResultRow], path: Path, *, location: bo
                 )
                 points = [(e, v) for e, v in points if v is not None]
                 if points:
-                    axes.plot(*zip(*points, strict=True), marker="o", label=method)
+                    axes.plot(
+                        *zip(*points, strict=True),
+                        marker=markers[method],
+                        color=colours[method],
+                        label=method,
+                    )
             axes.set_xscale("log")
-            axes.set_xlabel("epsilon")
+            for axis_ticks in (axes.xaxis.set_major_formatter, axes.xaxis.set_minor_formatter):
+                axis_ticks(FuncFormatter(lambda value, _: f"{value:g}"))
+            axes.set_xlabel(x_label)
             axes.set_ylabel(label)
             axes.set_title(f"n = {n}", fontsize=10)
             axes.grid(True, alpha=0.3)
-    grid[0][0].legend(fontsize=8)
+            drawn = {line.get_label() for line in axes.lines}
+            if drawn:
+                missing = [m for m in methods if m not in drawn]
+                title = f"no {short}: {', '.join(missing)}" if missing else None
+                axes.legend(fontsize=8, title=title, title_fontsize=8)
     figure.tight_layout()
-    figure.savefig(path)
+    return figure
+
+
+def plot_error_vs_epsilon(rows: Sequence[ResultRow], path: Path, *, location: bool) -> Path:
+    """:func:`error_vs_epsilon_figure`, written to ``path``."""
+    error_vs_epsilon_figure(rows, location=location).savefig(path)
     return path
 
 

@@ -159,10 +159,19 @@ def browser() -> Browser:
 class Tab:
     """A page in its own browser context, recording console errors and taking screenshots."""
 
-    def __init__(self, browser: Browser, base_url: str, name: str, viewport: dict) -> None:
+    def __init__(
+        self,
+        browser: Browser,
+        base_url: str,
+        name: str,
+        viewport: dict,
+        storage_state: dict | None = None,
+    ) -> None:
         self.base = f"{base_url}/dashboard"
         self.name = name
-        self.context = browser.new_context(viewport=viewport, accept_downloads=True)
+        self.context = browser.new_context(
+            viewport=viewport, accept_downloads=True, storage_state=storage_state
+        )
         self.page: Page = self.context.new_page()
         self.page.set_default_timeout(RENDER_TIMEOUT_MS)
         self.errors: list[str] = []
@@ -208,9 +217,9 @@ class Tab:
 def tab_factory(browser, live_server, request):
     tabs: list[Tab] = []
 
-    def make(viewport: dict = LAPTOP, label: str = "") -> Tab:
+    def make(viewport: dict = LAPTOP, label: str = "", storage_state: dict | None = None) -> Tab:
         name = request.node.name.removeprefix("test_") + (f"-{label}" if label else "")
-        tab = Tab(browser, live_server.url, name, viewport)
+        tab = Tab(browser, live_server.url, name, viewport, storage_state)
         tabs.append(tab)
         return tab
 
@@ -220,12 +229,23 @@ def tab_factory(browser, live_server, request):
         tab.close()
 
 
+@pytest.fixture(scope="module")
+def signed_in_state(browser, live_server) -> dict:
+    """The cookies of one sign-in, shared by the tests that do not test signing in.
+
+    Signing in for every test would run into the sign-in rate limit (RATELIMIT_LOGIN).
+    """
+    tab = Tab(browser, live_server.url, "sign-in", LAPTOP)
+    tab.sign_in(live_server.analyst_token)
+    state = tab.context.storage_state()
+    tab.close()
+    return state
+
+
 @pytest.fixture
-def tab(tab_factory, live_server) -> Tab:
+def tab(tab_factory, signed_in_state) -> Tab:
     """A signed-in laptop-sized tab."""
-    signed_in = tab_factory()
-    signed_in.sign_in(live_server.analyst_token)
-    return signed_in
+    return tab_factory(storage_state=signed_in_state)
 
 
 def chart_trace(page: Page, element_id: str) -> dict:
@@ -240,11 +260,12 @@ def chart_trace(page: Page, element_id: str) -> dict:
     )
 
 
-def bar_heights(page: Page) -> list[float]:
-    """Pixel heights of the drawn bars, in the order plotly drew them."""
+def bar_heights(page: Page, trace: int = 0) -> list[float]:
+    """Pixel heights of one trace's drawn bars (0: the estimate), in the order plotly drew them."""
     return page.evaluate(
-        """() => Array.from(document.querySelectorAll('#estimate-chart .barlayer .point path'))
-                 .map((path) => path.getBBox().height)"""
+        """(index) => Array.from(document.querySelectorAll('#estimate-chart .barlayer .trace')
+                 [index].querySelectorAll('.point path')).map((path) => path.getBBox().height)""",
+        trace,
     )
 
 
@@ -277,6 +298,7 @@ def test_signed_out_access_is_refused(tab_factory, live_server, campaigns):
 
 
 def test_sign_in_lists_the_seeded_campaigns(tab, campaigns):
+    tab.goto("/")
     tab.shot("list")
     for key, mechanism in (
         ("fruit", "k-ary randomized response"),
@@ -380,7 +402,9 @@ def test_large_domain_top_n_and_sorting(tab, seeder, campaigns):
     assert trace["x"] == [label for label in words["domain"] if label in top]
 
     tab.page.select_option("#top", "all")
-    expect(tab.page.locator("#estimate-chart .barlayer .point")).to_have_count(60)
+    expect(
+        tab.page.locator("#estimate-chart .barlayer .trace").first.locator(".point")
+    ).to_have_count(60)
     assert chart_trace(tab.page, "estimate-chart")["x"] == words["domain"]
     assert len(bar_heights(tab.page)) == 60
     tab.shot("all")
@@ -480,3 +504,168 @@ def test_phone_width_with_the_keyboard_only(tab_factory, live_server, campaigns)
     assert overflow <= 0
     tab.shot("phone")
     tab.assert_no_console_errors()
+
+
+def plotted_intervals(page: Page) -> list[list[float]]:
+    """The [top, bottom] of each drawn whisker of the estimate trace, in data units."""
+    return page.evaluate(
+        """() => {
+            const chart = document.getElementById('estimate-chart');
+            const axis = chart._fullLayout.yaxis;
+            const trace = chart.querySelectorAll('.barlayer .trace')[0];
+            return Array.from(trace.querySelectorAll('.errorbar path')).map((path) => {
+                const d = path.getAttribute('d');
+                const top = Number(d.match(/^M[-\\d.e]+,([-\\d.e]+)/)[1]);
+                const bottom = Number(d.match(/V([-\\d.e]+)/)[1]);
+                return [axis.p2l(top), axis.p2l(bottom)];
+            });
+        }"""
+    )
+
+
+def y_tick_labels(page: Page, element_id: str = "estimate-chart") -> list[str]:
+    return page.evaluate(
+        "(id) => Array.from(document.querySelectorAll(`#${id} .ytick text`), (t) => t.textContent)",
+        element_id,
+    )
+
+
+def test_whiskers_estimator_and_warnings_come_from_the_estimate(tab, campaigns):
+    """The bounds drawn are the interval's, even one that lies above its estimate."""
+    fruit = campaigns["fruit"]
+    served: dict = {}
+
+    def shifted(route):
+        response = route.fetch()
+        body = response.json()
+        top = max(body["estimates"], key=lambda row: row["frequency"])
+        # An interval entirely above its estimate, as a biased estimator can give.
+        top["ci_low"] = top["frequency"] + 0.03
+        top["ci_high"] = top["frequency"] + 0.08
+        body["estimator"] = "IBU, stopped by cross-validation at 12 iterations"
+        body["warnings"] = ["Few reports: the intervals are approximate."]
+        served.update(body)
+        route.fulfill(response=response, json=body)
+
+    tab.page.route(f"**/data/campaigns/{fruit['id']}/estimate?*", shifted)
+    tab.open_campaign(fruit["id"])
+    tab.shot("shifted-interval")
+    trace = chart_trace(tab.page, "estimate-chart")
+    by_label = {row["label"]: row for row in served["estimates"]}
+    drawn = plotted_intervals(tab.page)
+    assert len(drawn) == len(trace["x"])
+    for label, (top, bottom) in zip(trace["x"], drawn, strict=True):
+        row = by_label[label]
+        assert top == pytest.approx(row["ci_high"], abs=2e-3)
+        assert bottom == pytest.approx(row["ci_low"], abs=2e-3)
+    assert tab.page.inner_text("#estimate-estimator") == served["estimator"]
+    assert tab.page.locator("#estimate-warnings li").all_inner_texts() == served["warnings"]
+    assert tab.page.is_visible("#estimate-warnings-box")
+    tab.assert_no_console_errors()
+
+
+def test_raw_shares_are_drawn_beside_the_estimate(tab, seeder, campaigns):
+    fruit = campaigns["fruit"]
+    tab.open_campaign(fruit["id"])
+    counts = seeder.get(f"/campaigns/{fruit['id']}/counts")
+    n = sum(row["count"] for row in counts["counts"])
+    share = {row["label"]: row["count"] / n for row in counts["counts"]}
+    raw = tab.page.evaluate(
+        """() => { const t = document.getElementById('estimate-chart').data[1];
+                   return {name: t.name, x: Array.from(t.x), y: Array.from(t.y)}; }"""
+    )
+    assert raw["name"] == "raw share of noisy reports"
+    assert raw["y"] == pytest.approx([share[label] for label in raw["x"]], abs=1e-12)
+    assert len(bar_heights(tab.page, trace=1)) == len(fruit["domain"])
+    legend = tab.page.evaluate(
+        "() => Array.from(document.querySelectorAll('#estimate-chart .legendtext'),"
+        " (t) => t.textContent)"
+    )
+    assert legend == ["estimate, 95% interval", "raw share of noisy reports"]
+    # The estimator is named even by a response that does not name it.
+    assert tab.page.inner_text("#estimate-estimator")
+    tab.assert_no_console_errors()
+
+
+def test_shares_below_one_percent_get_tick_labels_that_differ(tab, seeder):
+    """Every share drawn below 1% (a flat k-RR over 300 categories, its shares scaled to
+    at most 0.6% in the browser so that the case does not hang on the estimator's
+    interval widths): the axis must not label every tick "0%"."""
+    flat = seeder.create(
+        {
+            "id": f"dash-flat-{SUFFIX}",
+            "title": "Flat, many categories (browser test)",
+            "mechanism": "krr",
+            "epsilon": 4.0,
+            "domain": [f"c{i:03d}" for i in range(300)],
+        }
+    )
+    seeder.post(flat, [flat["domain"][i % 300] for i in range(6000)], seed=5)
+    keys = ("frequency", "ci_low", "ci_high", "raw_frequency")
+
+    def scaled(route):
+        response = route.fetch()
+        body = response.json()
+        top = max(row[key] for row in body["estimates"] for key in keys)
+        for row in body["estimates"]:
+            for key in keys:
+                row[key] *= 0.006 / top
+        route.fulfill(response=response, json=body)
+
+    tab.page.route(f"**/data/campaigns/{flat['id']}/estimate?*", scaled)
+    tab.open_campaign(flat["id"])
+    tab.shot("small-shares")
+    labels = y_tick_labels(tab.page)
+    assert len(labels) >= 3
+    assert len(set(labels)) == len(labels), labels
+    assert any(label not in ("0%", "1%") for label in labels), labels
+    assert all(label.endswith("%") for label in labels)
+    tab.assert_no_console_errors()
+
+
+def test_a_campaign_without_reports_draws_no_estimate(tab, seeder):
+    empty = seeder.create(
+        {
+            "id": f"dash-empty-{SUFFIX}",
+            "title": "No reports yet (browser test)",
+            "mechanism": "krr",
+            "epsilon": 1.0,
+            "domain": ["a", "b", "c"],
+        }
+    )
+    tab.goto(f"/campaigns/{empty['id']}")
+    tab.wait_rendered(n=0)
+    tab.shot("empty")
+    assert "No reports yet" in tab.page.inner_text("#estimate-message")
+    assert tab.page.locator("#estimate-chart .barlayer .point").count() == 0
+    assert tab.page.locator("#estimate-table tbody tr").count() == 0
+    assert "No reports yet" in tab.page.inner_text("#series-chart")
+    tab.assert_no_console_errors()
+
+
+def test_a_stopped_estimate_is_reported_and_not_asked_for_again_too_soon(tab, campaigns):
+    """A 503 from the server's time limit shows its message; the page waits Retry-After."""
+    fruit = campaigns["fruit"]
+    message = "the estimate did not finish within 30 s (the server's LDP_ESTIMATE_TIMEOUT_S)"
+    asked: list[str] = []
+
+    def stopped(route):
+        asked.append(route.request.url)
+        route.fulfill(
+            status=503,
+            headers={"Retry-After": "600"},
+            json={"error": {"code": "estimate_timed_out", "message": message, "field": None}},
+        )
+
+    tab.page.route(f"**/data/campaigns/{fruit['id']}/estimate?*", stopped)
+    tab.goto(f"/campaigns/{fruit['id']}")
+    expect(tab.page.locator("#estimate-message")).to_have_text(message)
+    tab.shot("stopped")
+    for _ in range(2):
+        with tab.page.expect_response(lambda response: "/summary" in response.url):
+            tab.page.click("#refresh-now")
+    assert len(asked) == 1
+    assert tab.page.is_hidden("#estimate-busy")
+    # Chromium logs the one 503 it was answered; nothing else may be logged.
+    assert len(tab.errors) == 1
+    assert "responded with a status of 503" in tab.errors[0]

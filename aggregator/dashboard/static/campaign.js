@@ -22,14 +22,16 @@
   var statusLine = document.getElementById("refresh-status");
 
   var state = {
-    n: null, estimate: null, estimateKey: null, pending: {}, timer: null, stopped: false,
+    n: null, estimate: null, estimateKey: null, pending: {}, retryAt: {}, timer: null,
+    stopped: false,
   };
 
   function SessionEnded() {}
 
-  function ApiError(status, body) {
+  function ApiError(status, body, retryAfterS) {
     this.status = status;
     this.message = body && body.error ? body.error.message : "the server answered " + status;
+    this.retryAfterS = retryAfterS;
   }
 
   function getJSON(url) {
@@ -41,7 +43,9 @@
         return response.json().then(
           function (body) {
             if (!response.ok) {
-              throw new ApiError(response.status, body);
+              throw new ApiError(
+                response.status, body, Number(response.headers.get("Retry-After")) || null
+              );
             }
             return body;
           },
@@ -63,6 +67,31 @@
 
   function percent(x, digits) {
     return (100 * x).toFixed(digits === undefined ? 1 : digits) + "%";
+  }
+
+  /* A share for the table: two decimals of a percent, more for shares under 0.1%. */
+  function sharePercent(x) {
+    return percent(x, x !== 0 && Math.abs(x) < 0.001 ? 3 : 2);
+  }
+
+  /* A share axis whose ticks always differ: a round step (1, 2, 2.5 or 5 times a power
+   * of ten) giving about five ticks up to ``top``, and as many decimals as the step
+   * needs (0.25%, 0.1%, 20%). With nothing to show (``top`` is 0 or missing) the axis
+   * runs from 0 to 1%. */
+  function shareTicks(top) {
+    if (!(top > 0) || !isFinite(top)) {
+      return { dtick: 0.002, tickformat: ".1%", range: [0, 0.01] };
+    }
+    var rough = top / 5;
+    var power = Math.pow(10, Math.floor(Math.log10(rough)));
+    var step = [1, 2, 2.5, 5, 10].map(function (m) { return m * power; })
+      .filter(function (candidate) { return candidate >= rough * 0.999; })[0];
+    var decimals = 0;
+    while (decimals < 6 && Math.abs(Math.round(step * 100 * Math.pow(10, decimals)) -
+      step * 100 * Math.pow(10, decimals)) > 1e-6) {
+      decimals += 1;
+    }
+    return { dtick: step, tick0: 0, tickformat: "." + decimals + "%" };
   }
 
   function formatTime(iso) {
@@ -172,21 +201,32 @@
     return rows.length * (longest * 7.5 + 8) > width ? -45 : 0;
   }
 
+  function hasRaw(rows) {
+    return rows.length > 0 && rows.every(function (r) { return typeof r.raw_frequency === "number"; });
+  }
+
+  /* The estimate as bars with their intervals, drawn from the interval's own bounds (an
+   * interval that does not contain its estimate is drawn where it is, not clipped to
+   * the bar), and the raw share of noisy reports beside each bar when the API gives it. */
   function renderBars(estimate) {
     var rows = shownRows(estimate.estimates);
     var level = percent(estimate.confidence, 0);
+    var labels = rows.map(function (r) { return escapeLabel(r.label); });
+    var raw = hasRaw(rows);
     var trace = {
       type: "bar",
-      name: "estimate",
-      x: rows.map(function (r) { return escapeLabel(r.label); }),
+      name: "estimate, " + level + " interval",
+      x: labels,
       y: rows.map(function (r) { return r.frequency; }),
       customdata: rows.map(function (r) { return [r.ci_low, r.ci_high]; }),
       marker: { color: "#2f6fb3" },
       error_y: {
         type: "data",
         symmetric: false,
-        array: rows.map(function (r) { return Math.max(0, r.ci_high - r.frequency); }),
-        arrayminus: rows.map(function (r) { return Math.max(0, r.frequency - r.ci_low); }),
+        // Signed on purpose: plotly draws the whisker from y - arrayminus to y + array,
+        // which are exactly ci_low and ci_high whatever side of the estimate they lie.
+        array: rows.map(function (r) { return r.ci_high - r.frequency; }),
+        arrayminus: rows.map(function (r) { return r.frequency - r.ci_low; }),
         color: "#1b2b3a",
         thickness: 1.5,
         width: 4,
@@ -195,25 +235,47 @@
         "<b>%{x}</b><br>estimate %{y:.2%}<br>" + level +
         " interval %{customdata[0]:.2%} to %{customdata[1]:.2%}<extra></extra>",
     };
+    var traces = [trace];
+    if (raw) {
+      traces.push({
+        type: "bar",
+        name: "raw share of noisy reports",
+        x: labels,
+        y: rows.map(function (r) { return r.raw_frequency; }),
+        marker: { color: "#c5cbd3" },
+        hovertemplate: "<b>%{x}</b><br>share of noisy reports %{y:.2%}<extra></extra>",
+      });
+    }
+    var top = rows.reduce(function (m, r) {
+      return Math.max(m, r.frequency, r.ci_high, raw ? r.raw_frequency : 0);
+    }, 0);
     var layout = baseLayout({
       xaxis: axis("category", { type: "category", tickangle: labelAngle(rows) }),
-      yaxis: axis("estimated share of reporters", { tickformat: ".0%", zeroline: true }),
-      showlegend: false,
+      yaxis: axis("share of reporters", Object.assign({ zeroline: true }, shareTicks(top))),
+      showlegend: raw,
+      legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" },
+      barmode: "group",
       bargap: 0.25,
+      bargroupgap: 0.05,
     });
-    Plotly.react("estimate-chart", [trace], layout, plotConfig);
+    if (raw) {
+      layout.margin = Object.assign({}, layout.margin, { t: 40 });
+    }
+    Plotly.react("estimate-chart", traces, layout, plotConfig);
     renderTable(rows.map(function (r) { return [r.label, r]; }),
       (rows.length < estimate.estimates.length ? "Top " + rows.length + " of " + estimate.estimates.length : "All " + rows.length) +
-      " categories, with " + level + " intervals");
+      " categories, with " + level + " intervals" +
+      (raw ? " and the raw share of noisy reports (before correcting for the noise)" : ""));
   }
 
   /* -- estimate: locations -------------------------------------------------------------- */
 
-  /* Enough decimals, and no more, for the colour bar's ticks to differ. */
-  function shareFormat(zmax) {
-    var step = (zmax * 100) / 5; // plotly draws about five ticks
-    var digits = Math.max(0, Math.min(4, Math.ceil(-Math.log10(step))));
-    return "." + digits + "%";
+  function colorbar(zmax) {
+    var ticks = shareTicks(zmax);
+    return {
+      title: { text: "share" }, thickness: 14, dtick: ticks.dtick, tick0: 0,
+      tickformat: ticks.tickformat,
+    };
   }
 
   function renderHeatmaps(estimate) {
@@ -229,7 +291,7 @@
         zmin: 0,
         zmax: zmax,
         colorscale: colorscale,
-        colorbar: { title: { text: "share" }, tickformat: shareFormat(zmax), thickness: 14 },
+        colorbar: colorbar(zmax),
         hovertemplate:
           "lat %{y:.5f}°, lon %{x:.5f}°<br>" + label + " %{z:.2%}<extra></extra>",
       };
@@ -274,10 +336,14 @@
       th.scope = "row";
       th.textContent = pair[0];
       tr.appendChild(th);
-      [pair[1].frequency, pair[1].ci_low, pair[1].ci_high].forEach(function (value) {
+      var values = [pair[1].frequency, pair[1].ci_low, pair[1].ci_high];
+      if (!planar) {
+        values.push(pair[1].raw_frequency);
+      }
+      values.forEach(function (value) {
         var td = document.createElement("td");
         td.className = "num";
-        td.textContent = percent(value, 2);
+        td.textContent = typeof value === "number" ? sharePercent(value) : "–";
         tr.appendChild(td);
       });
       fragment.appendChild(tr);
@@ -301,13 +367,39 @@
     root.dataset.poisoningFlagged = String(flagged);
   }
 
+  /* What ran (the API's ``estimator``; older cached bodies have none) and its warnings. */
+  function renderEstimator(estimate) {
+    var name = estimate.estimator || estimate.method_name || estimate.method;
+    setText("estimate-estimator", name);
+    var warnings = Array.isArray(estimate.warnings) ? estimate.warnings : [];
+    var list = document.getElementById("estimate-warnings");
+    var fragment = document.createDocumentFragment();
+    warnings.forEach(function (text) {
+      var item = document.createElement("li");
+      item.textContent = text;
+      fragment.appendChild(item);
+    });
+    list.replaceChildren(fragment);
+    document.getElementById("estimate-warnings-box").hidden = warnings.length === 0;
+  }
+
+  function clearCharts() {
+    (planar ? ["heatmap-raw", "heatmap-estimate"] : ["estimate-chart"]).forEach(function (id) {
+      Plotly.purge(id);
+    });
+    document.querySelector("#estimate-table tbody").replaceChildren();
+    setText("estimate-caption", "");
+  }
+
   function renderEstimate(estimate) {
     renderPoisoning(estimate);
+    renderEstimator(estimate);
     setText("estimate-n", estimate.n.toLocaleString("en"));
     if (estimate.n === 0) {
       setText("estimate-iterations", "–");
       setText("estimate-seconds", "–");
       setText("estimate-intervals", "–");
+      clearCharts();
       showMessage("No reports yet: the charts appear with the first report.");
       root.dataset.renderedMethod = estimate.method;
       root.dataset.renderedN = "0";
@@ -361,7 +453,7 @@
   function refreshEstimate() {
     var method = methodSelect.value;
     var key = method + "@" + state.n;
-    if (key === state.estimateKey) {
+    if (key === state.estimateKey || Date.now() < (state.retryAt[key] || 0)) {
       return Promise.resolve();
     }
     if (state.pending[method]) {
@@ -383,6 +475,13 @@
             state.estimateKey = key;
             showMessage(error.message);
             root.dataset.renderedMethod = method;
+            return;
+          }
+          if (error instanceof ApiError && error.status === 503 && error.retryAfterS) {
+            // The estimate was stopped at the server's time limit: say so, and ask again
+            // once the server says to (or when new reports change the counts).
+            state.retryAt[key] = Date.now() + error.retryAfterS * 1000;
+            showMessage(error.message);
             return;
           }
           throw error;

@@ -1,0 +1,287 @@
+"""Bounded estimates: the confidence levels on offer, the work cap and the time limit.
+
+An estimate that needs more work than ``ESTIMATE_MAX_WORK`` answers 422 at
+once; one that runs past ``ESTIMATE_TIMEOUT_S`` is stopped and answers 503
+with ``Retry-After``; in both cases nothing is cached and the computing thread
+is free again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+
+import gevent
+import gevent.monkey
+import pytest
+from aggregator_testdata import ADMIN_TOKEN, ANALYST_TOKEN, KRR_SPEC, PLANAR_SPEC, new_id
+
+from aggregator import estimates
+from aggregator.app import create_app
+from aggregator.cli import main
+from aggregator.estimation import budget
+from aggregator.openapi import document
+from aggregator.store import StoredReport
+from shared.spec import CampaignSpec
+
+KRR_URL = "/api/v1/campaigns/fruit/estimate"
+# A 64 x 64 grid of 100 m cells (6.4 km a side) around San Francisco's centre.
+GRID_64_SPEC = {
+    **PLANAR_SPEC,
+    "id": "grid64",
+    "region": {"lat_min": 37.75, "lat_max": 37.8075, "lon_min": -122.45, "lon_max": -122.3775},
+    "cell_size_m": 100,
+}
+
+
+def limited_app(config, **limits):
+    return create_app({**config, **limits})
+
+
+def fill(store, spec_dict, count):
+    spec = CampaignSpec.from_dict(spec_dict)
+    n_outputs = spec.grid.n_cells if spec.region is not None else len(spec.domain)
+    store.create_campaign(spec)
+    reports = [StoredReport(new_id(), i % n_outputs, None) for i in range(count)]
+    store.ingest(spec.id, reports)
+
+
+def charging_forever(*args, **kwargs):
+    """An estimator that never converges, charging its steps as estimation loops do."""
+    while True:
+        budget.charge(100)
+        time.sleep(0.001)
+
+
+# -- confidence -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raw", ["0.9500001", "0.94", "0.5", "0.999"])
+def test_a_confidence_outside_the_offered_levels_is_refused(client, analyst, krr_campaign, raw):
+    response = client.get(f"{KRR_URL}?confidence={raw}", headers=analyst)
+    assert response.status_code == 422
+    error = response.get_json()["error"]
+    assert error["field"] == "confidence"
+    assert "0.8, 0.9, 0.95, 0.99" in error["message"]
+
+
+def test_the_offered_levels_are_the_documented_ones(client, analyst, krr_campaign):
+    parameters = document()["paths"]["/api/v1/campaigns/{campaign_id}/estimate"]["parameters"]
+    schema = next(p for p in parameters if p.get("name") == "confidence")["schema"]
+    assert schema["enum"] == list(estimates.CONFIDENCE_LEVELS)
+    assert schema["default"] == estimates.DEFAULT_CONFIDENCE
+    for level in schema["enum"]:
+        assert client.get(f"{KRR_URL}?confidence={level}", headers=analyst).status_code == 200
+    # The same level written another way is the same level (and the same cache entry).
+    body = client.get(f"{KRR_URL}?confidence=0.950", headers=analyst).get_json()
+    assert body["confidence"] == 0.95
+
+
+# -- work cap -------------------------------------------------------------------------------
+
+
+def test_an_estimate_over_the_work_cap_is_refused_at_once(config, store, analyst):
+    fill(store, GRID_64_SPEC, 2000)
+    client = limited_app(config, ESTIMATE_MAX_WORK=1000).test_client()
+    started = time.monotonic()
+    response = client.get("/api/v1/campaigns/grid64/estimate", headers=analyst)
+    assert time.monotonic() - started < 5
+    assert response.status_code == 422
+    error = response.get_json()["error"]
+    assert error["code"] == "estimate_too_costly"
+    assert "LDP_ESTIMATE_MAX_WORK" in error["message"]
+    assert "1,000" in error["message"]
+    # Nothing was cached: the same request is refused again, and a larger cap computes it.
+    assert client.get("/api/v1/campaigns/grid64/estimate", headers=analyst).status_code == 422
+    roomy = limited_app(config, ESTIMATE_MAX_WORK=10**9).test_client()
+    answer = roomy.get("/api/v1/campaigns/grid64/estimate?method=inversion", headers=analyst)
+    assert answer.status_code == 200
+    assert answer.headers["X-Estimate-Cache"] == "miss"
+
+
+def test_the_default_limits_fit_a_64_by_64_estimate(client, store, analyst):
+    fill(store, GRID_64_SPEC, 5000)
+    response = client.get("/api/v1/campaigns/grid64/estimate", headers=analyst)
+    assert response.status_code == 200, response.get_json()
+    assert response.get_json()["grid"]["rows"] == 64
+
+
+# -- time limit ----------------------------------------------------------------------------
+
+
+def test_an_estimate_past_the_time_limit_is_stopped_with_a_503(config, store, analyst, monkeypatch):
+    fill(store, KRR_SPEC, 50)
+    monkeypatch.setattr(estimates, "estimate", charging_forever)
+    client = limited_app(config, ESTIMATE_TIMEOUT_S=0.3).test_client()
+    started = time.monotonic()
+    response = client.get(KRR_URL, headers=analyst)
+    assert time.monotonic() - started < 3
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "1"
+    error = response.get_json()["error"]
+    assert error["code"] == "estimate_timed_out"
+    assert "LDP_ESTIMATE_TIMEOUT_S" in error["message"]
+    # The dashboard's data endpoint answers the same way.
+    login = client.get("/dashboard/login").get_data(as_text=True)
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', login).group(1)
+    signed = client.post("/dashboard/login", data={"csrf_token": csrf, "token": ANALYST_TOKEN})
+    assert signed.status_code == 303
+    dashboard = client.get("/dashboard/data/campaigns/fruit/estimate")
+    assert dashboard.status_code == 503
+    assert dashboard.get_json()["error"]["code"] == "estimate_timed_out"
+
+
+def test_a_stopped_estimate_frees_its_pool_thread(config, store, analyst, monkeypatch):
+    """Under gevent the estimate runs in the hub's thread pool; a stopped one returns its thread."""
+    fill(store, KRR_SPEC, 50)
+    monkeypatch.setattr(gevent.monkey, "is_module_patched", lambda name: name == "threading")
+    pool = gevent.get_hub().threadpool
+    monkeypatch.setattr(pool, "maxsize", 1)
+    monkeypatch.setattr(estimates, "estimate", charging_forever)
+    client = limited_app(config, ESTIMATE_TIMEOUT_S=0.2).test_client()
+    for _ in range(3):
+        assert client.get(KRR_URL, headers=analyst).status_code == 503
+    # With one thread in the pool, a thread still stuck in the loop would block this call.
+    started = time.monotonic()
+    assert pool.apply(lambda: 42) == 42
+    assert time.monotonic() - started < 1
+    assert pool.size <= 1
+
+
+def test_the_limits_come_from_the_environment(monkeypatch, redis_url):
+    monkeypatch.setenv("LDP_REDIS_URL", redis_url)
+    monkeypatch.setenv("LDP_ESTIMATE_MAX_WORK", "12345")
+    monkeypatch.setenv("LDP_ESTIMATE_TIMEOUT_S", "2.5")
+    limits = create_app().extensions[estimates.LIMITS_EXTENSION]
+    assert limits == estimates.EstimateLimits(max_work=12345, timeout_s=2.5)
+    monkeypatch.delenv("LDP_ESTIMATE_MAX_WORK")
+    monkeypatch.delenv("LDP_ESTIMATE_TIMEOUT_S")
+    defaults = create_app().extensions[estimates.LIMITS_EXTENSION]
+    assert defaults == estimates.EstimateLimits(estimates.DEFAULT_MAX_WORK, 30.0)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"ESTIMATE_MAX_WORK": 0},
+        {"ESTIMATE_MAX_WORK": "lots"},
+        {"ESTIMATE_MAX_WORK": 1.5},
+        {"ESTIMATE_TIMEOUT_S": 0},
+        {"ESTIMATE_TIMEOUT_S": float("inf")},
+    ],
+)
+def test_a_bad_limit_stops_the_app_from_starting(config, setting):
+    with pytest.raises(ValueError, match="ESTIMATE_"):
+        create_app({**config, **setting})
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def test_the_cli_estimate_honours_the_limits(runner, redis_url, store, monkeypatch):
+    fill(store, KRR_SPEC, 60)
+    args = ["--redis-url", redis_url, "estimate", "fruit", "--json"]
+    refused = runner.invoke(main, [*args, "--max-work", "2"])
+    assert refused.exit_code == 1
+    assert "LDP_ESTIMATE_MAX_WORK" in refused.stderr
+    monkeypatch.setenv("LDP_ESTIMATE_MAX_WORK", "2")
+    assert runner.invoke(main, args).exit_code == 1
+    lifted = runner.invoke(main, [*args, "--no-limits"])
+    assert lifted.exit_code == 0, lifted.output
+    assert json.loads(lifted.stdout)["n"] == 60
+    assert runner.invoke(main, [*args, "--confidence", "0.9500001"]).exit_code == 2
+
+
+# -- raw shares ------------------------------------------------------------------------------
+
+
+def test_categorical_rows_carry_the_raw_share_of_reports(client, store, analyst):
+    spec = CampaignSpec.from_dict(KRR_SPEC)
+    store.create_campaign(spec)
+    counts = [40, 25, 10, 5]
+    reports = [StoredReport(new_id(), i, None) for i, c in enumerate(counts) for _ in range(c)]
+    store.ingest("fruit", reports)
+    body = client.get(KRR_URL, headers=analyst).get_json()
+    assert [row["raw_frequency"] for row in body["estimates"]] == [c / 80 for c in counts]
+
+
+def test_planar_rows_have_no_raw_share(client, store, analyst):
+    fill(store, PLANAR_SPEC, 100)
+    body = client.get("/api/v1/campaigns/where/estimate", headers=analyst).get_json()
+    assert "raw_frequency" not in body["estimates"][0]
+
+
+def test_the_csv_download_is_bounded_too(config, store):
+    fill(store, GRID_64_SPEC, 100)
+    client = limited_app(config, ESTIMATE_MAX_WORK=10).test_client()
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    csv = client.get("/api/v1/campaigns/grid64/estimate?format=csv", headers=headers)
+    assert csv.status_code == 422
+    assert csv.get_json()["error"]["code"] == "estimate_too_costly"
+
+
+# -- one computation per estimate --------------------------------------------------------------
+
+
+def lock_keys(store) -> list[bytes]:
+    return list(store.connection.scan_iter(match="ldp:*estimate-lock*"))
+
+
+def test_concurrent_requests_compute_an_estimate_once(app, store, analyst, monkeypatch):
+    fill(store, KRR_SPEC, 80)
+    calls = []
+    real = estimates.estimate
+
+    def slow(*args, **kwargs):
+        calls.append(1)
+        time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(estimates, "estimate", slow)
+    answers = []
+
+    def ask():
+        answers.append(app.test_client().get(KRR_URL, headers=analyst))
+
+    threads = [threading.Thread(target=ask) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1
+    assert [answer.status_code for answer in answers] == [200, 200, 200]
+    assert sorted(answer.headers["X-Estimate-Cache"] for answer in answers) == [
+        "hit",
+        "hit",
+        "miss",
+    ]
+    assert len({answer.get_data() for answer in answers}) == 1
+    assert lock_keys(store) == []
+
+
+def test_a_request_waiting_for_another_computation_stops_at_its_time_limit(config, store, analyst):
+    fill(store, KRR_SPEC, 80)
+    campaign = store.get_campaign("fruit")
+    digest = estimates.counts_digest(campaign, store.counts("fruit"))
+    held = estimates.ComputeLock(store, "fruit", "ibu:0.95", digest, None)
+    assert held.acquire()
+    client = limited_app(config, ESTIMATE_TIMEOUT_S=0.3).test_client()
+    started = time.monotonic()
+    response = client.get(KRR_URL, headers=analyst)
+    assert time.monotonic() - started < 2
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "1"
+    assert response.get_json()["error"]["code"] == "estimate_pending"
+    # The holder gave up without a result: the next request computes it.
+    held.release()
+    assert client.get(KRR_URL, headers=analyst).status_code == 200
+
+
+def test_a_stopped_computation_releases_its_lock(config, store, analyst, monkeypatch):
+    fill(store, KRR_SPEC, 50)
+    monkeypatch.setattr(estimates, "estimate", charging_forever)
+    client = limited_app(config, ESTIMATE_TIMEOUT_S=0.2).test_client()
+    assert client.get(KRR_URL, headers=analyst).status_code == 503
+    assert lock_keys(store) == []
