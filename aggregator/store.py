@@ -117,14 +117,18 @@ class SpecChanged(StoreError):
     code = "spec_changed"
 
 
-class RateLimited(StoreError):
-    """The client has used up its submissions for the current window (nothing stored)."""
-
-    code = "rate_limited"
+class RetryLater(StoreError):
+    """A refusal that lifts with time; ``retry_after_s`` says when to try again."""
 
     def __init__(self, message: str, *, campaign_id: str, retry_after_s: int) -> None:
         super().__init__(message, campaign_id=campaign_id)
         self.retry_after_s = retry_after_s
+
+
+class RateLimited(RetryLater):
+    """The client has used up its submissions for the current window (nothing stored)."""
+
+    code = "rate_limited"
 
 
 class ReportBudgetExceeded(RateLimited):
@@ -139,14 +143,10 @@ class CampaignFull(StoreError):
     code = "campaign_full"
 
 
-class StorageFull(StoreError):
+class StorageFull(RetryLater):
     """The store is near its memory limit and takes no new reports for now (nothing stored)."""
 
     code = "storage_full"
-
-    def __init__(self, message: str, *, campaign_id: str, retry_after_s: int) -> None:
-        super().__init__(message, campaign_id=campaign_id)
-        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True)
