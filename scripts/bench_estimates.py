@@ -31,6 +31,7 @@ import argparse
 import math
 import os
 import random
+import secrets
 import signal
 import socket
 import statistics
@@ -62,8 +63,8 @@ from scripts.benchlib import write_section  # noqa: E402
 from shared.mechanisms import Mechanism  # noqa: E402
 from shared.spec import CampaignSpec  # noqa: E402
 
-ADMIN_TOKEN = "bench-admin"
-ANALYST_TOKEN = "bench-analyst"
+ADMIN_TOKEN = secrets.token_urlsafe(32)
+ANALYST_TOKEN = secrets.token_urlsafe(32)
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 ANALYST = {"Authorization": f"Bearer {ANALYST_TOKEN}"}
 BATCH = 1000
@@ -167,6 +168,8 @@ def start_server(data_dir: Path, **settings: str) -> Server:
         "LDP_ADMIN_TOKEN": ADMIN_TOKEN,
         "LDP_ANALYST_TOKEN": ANALYST_TOKEN,
         "LDP_RATELIMIT_ENABLED": "false",
+        # Every report comes from this one address.
+        "LDP_REPORT_BUDGET": "1000000000 per hour",
         **{f"LDP_{name}": value for name, value in settings.items()},
     }
     port = free_port()
@@ -177,17 +180,18 @@ def start_server(data_dir: Path, **settings: str) -> Server:
         ],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=(data_dir.parent / f"{data_dir.name}.log").open("wb"),
     )
     server = Server(process, port)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"the server exited with status {process.returncode}")
+            log = (data_dir.parent / f"{data_dir.name}.log").read_text(errors="replace")
+            raise RuntimeError(f"the server exited with status {process.returncode}:\n{log}")
         try:
             if requests.get(f"{server.api}/health", timeout=1).status_code == 200:
                 return server
-        except requests.ConnectionError:
+        except requests.RequestException:  # refused, or accepted before a worker booted
             pass
         time.sleep(0.2)
     server.stop()
