@@ -287,10 +287,12 @@ def test_analytic_variance_matches_the_simulated_variance():
 
 @pytest.mark.slow
 def test_probe_variance_matches_the_exact_variance_on_a_large_grid():
-    # Above DENSE_SOLVE_LIMIT the variance comes from 64 random-sign probes, each a GMRES
-    # solve. Each cell's estimate is an average of 64 squares, relative sd at most
-    # sqrt(2 / 64) = 0.18: every ratio to the exact variance lies in [0.3, 2] (about 4 sd),
-    # and the mean ratio over 2550 cells is within 10 % of 1.
+    # Above DENSE_SOLVE_LIMIT the variance is the periodic inverse's exact value plus a
+    # correction near the edges estimated from VARIANCE_PROBES random-sign probes (16), each a
+    # GMRES solve. Interior cells are then exact; edge cells carry the probes' noise (relative
+    # sd of a variance from 16 squares up to sqrt(2 / 16) = 0.35). What the docs promise: the
+    # standard deviations of at least 98% of the cells within 16% of the exact ones (measured
+    # 99.0-99.3% over seeds 0-2), and no bias: their mean ratio within 2% of 1.
     rows, cols = 51, 50
     channel = PlanarLaplaceChannel(epsilon=1.0, cell_size_m=1.0, rows=rows, cols=cols)
     assert rows * cols > DENSE_SOLVE_LIMIT
@@ -301,6 +303,6 @@ def test_probe_variance_matches_the_exact_variance_on_a_large_grid():
     inverse = np.linalg.inv(channel.dense_reference())
     # p = q C^-1, so p_x = sum_y q_y (C^-1)[y, x].
     exact = (np.square(inverse.T) @ q - p**2) / n
-    ratio = probed / exact
-    assert ratio.min() >= 0.3 and ratio.max() <= 2.0, (ratio.min(), ratio.max())
-    assert abs(ratio.mean() - 1) <= 0.1, ratio.mean()
+    sd_ratio = np.sqrt(probed / exact)
+    assert np.mean(np.abs(sd_ratio - 1) <= 0.16) >= 0.98, np.quantile(sd_ratio, [0.01, 0.99])
+    assert abs(sd_ratio.mean() - 1) <= 0.02, sd_ratio.mean()
