@@ -4,18 +4,19 @@ Budget is spent in one currency, the ordinary (local-DP) epsilon:
 
 * an ``rr`` or ``krr`` report costs the campaign's ``epsilon``;
 * a ``planar_laplace`` report costs the privacy loss between any two true
-  locations at most ``location_radius_m`` apart on the ground (great-circle
-  distance). The device reports the centre of the true location's grid cell
+  locations at most ``location_radius_m`` apart on the ground (geodesic
+  distance on the WGS84 ellipsoid, in which coordinates are given). The device reports the centre of the true location's grid cell
   with planar Laplace noise, remapped and snapped to the grid
   (post-processing), so two true locations in cells whose centres are ``D``
   projected metres apart are ``epsilon * D``-indistinguishable. Projected
   distances overstate ground ones by at most the region's distortion factor
-  (:meth:`shared.geo.Region.projection_distortion`), so two locations within
-  the radius on the ground are within ``distortion * location_radius_m`` in
-  the projection. The cost is ``epsilon`` times the largest centre distance
+  (:meth:`shared.geo.Region.ground_distortion`: the projection against the
+  sphere, times at most 1.0056 from the sphere to the ellipsoid), so two
+  locations within the radius on the ground are within
+  ``distortion * location_radius_m`` in the projection. The cost is ``epsilon`` times the largest centre distance
   between two cells that hold points that close, capped by the largest
   centre distance in the grid (beyond which nothing is left to hide). With
-  100 m cells and a 200 m radius in a city (distortion 1.0001) that distance
+  100 m cells and a 200 m radius in a city (distortion 1.0057) that distance
   is about 316 m (one row and three columns apart).
 
 Reports compose sequentially: each new (campaign, true value) pair adds its
@@ -61,7 +62,7 @@ class Policy:
         forgotten ones: what the server received stays received).
     location_radius_m : float
         For location campaigns: locations closer than this on the ground
-        (great-circle distance) are what the user wants kept indistinguishable;
+        (geodesic distance on WGS84) are what the user wants kept indistinguishable;
         the cost of a report is measured there.
     """
 
@@ -77,7 +78,7 @@ class Policy:
         """The epsilon one new report in this campaign spends."""
         if spec.mechanism != PLANAR_LAPLACE:
             return spec.epsilon
-        projected_radius = spec.region.projection_distortion() * self.location_radius_m
+        projected_radius = spec.region.ground_distortion() * self.location_radius_m
         return spec.epsilon * worst_centre_distance_m(spec, projected_radius)
 
     def to_dict(self) -> dict[str, float]:

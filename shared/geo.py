@@ -27,6 +27,14 @@ import math
 from dataclasses import dataclass, field
 
 EARTH_RADIUS_M = 6_371_008.8
+# The WGS84 ellipsoid (semi-major axis, flattening), in which device coordinates are given.
+WGS84_A_M = 6_378_137.0
+WGS84_FLATTENING = 1 / 298.257223563
+# The most a great-circle distance on the sphere of radius EARTH_RADIUS_M overstates the geodesic
+# distance on WGS84 between the same coordinates: on the ellipsoid ds^2 = M^2 dphi^2 +
+# N^2 cos^2(phi) dlambda^2, with both radii of curvature M (meridian) and N (prime vertical) at
+# least a (1 - e^2), the meridian radius at the equator, where the bound is attained.
+ELLIPSOID_STRETCH = EARTH_RADIUS_M / (WGS84_A_M * (1 - WGS84_FLATTENING * (2 - WGS84_FLATTENING)))
 COORD_DECIMALS = 7
 # A reported centre may differ from the exact one by this much (degrees).
 CENTRE_TOLERANCE_DEG = 1e-6
@@ -74,6 +82,14 @@ class Region:
         north_south = 1 / _sinc(lat_span / 2)
         east_west = cos_mid / cos_far / _sinc(lon_span / 2)
         return max(north_south, east_west) * (1 + 1e-12)
+
+    def ground_distortion(self) -> float:
+        """The largest ratio of projected distance to WGS84 geodesic distance in the region.
+
+        :meth:`projection_distortion` against the sphere, times
+        :data:`ELLIPSOID_STRETCH` from the sphere to the ellipsoid.
+        """
+        return self.projection_distortion() * ELLIPSOID_STRETCH
 
     def to_dict(self) -> dict[str, float]:
         return {

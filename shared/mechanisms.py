@@ -233,9 +233,9 @@ class PlanarLaplace(Mechanism):
     cell centres the report satisfies ``epsilon * d``-geo-indistinguishability
     with ``d`` the grid's projected distance; snapping removes the
     floating-point artefacts of the raw sample from what is sent. For raw
-    locations ``u, v`` at great-circle distance ``g`` the guarantee is
+    locations ``u, v`` at ground (WGS84 geodesic) distance ``g`` the guarantee is
     ``epsilon * d(centre(u), centre(v)) <= epsilon * (D * g + cell * sqrt(2))``
-    with ``D`` the region's :meth:`~shared.geo.Region.projection_distortion`,
+    with ``D`` the region's :meth:`~shared.geo.Region.ground_distortion`,
     and two locations in one cell cannot be told apart at all.
     docs/privacy.md states what each campaign setting gives a user.
 

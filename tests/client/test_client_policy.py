@@ -115,3 +115,16 @@ def test_policy_is_immutable_and_keyword_only():
         policy.max_epsilon = 5  # type: ignore[misc]
     with pytest.raises(TypeError):
         Policy(1.0)  # type: ignore[misc]
+
+
+def test_cost_covers_geodesic_distance_on_the_ellipsoid():
+    # Near the equator a metre north-south on WGS84 is up to 1.0056 m on the sphere, and the
+    # client charges that factor everywhere: a 199.5 m radius then reaches past two 100 m cells
+    # in the projection, and the farther pair of cells is what it costs.
+    spec = planar(100.0, epsilon=0.005)
+    radius = 199.5
+    on_sphere = spec.region.projection_distortion() * radius
+    assert on_sphere < 200 < spec.region.ground_distortion() * radius
+    cost = Policy(location_radius_m=radius).cost(spec)
+    assert cost == 0.005 * worst_centre_distance_m(spec, spec.region.ground_distortion() * radius)
+    assert cost > 0.005 * worst_centre_distance_m(spec, on_sphere)

@@ -8,7 +8,16 @@ import numpy as np
 import pytest
 from shared_stats import ground_distance_m
 
-from shared.geo import CENTRE_TOLERANCE_DEG, COORD_DECIMALS, EARTH_RADIUS_M, Grid, Region
+from shared.geo import (
+    CENTRE_TOLERANCE_DEG,
+    COORD_DECIMALS,
+    EARTH_RADIUS_M,
+    ELLIPSOID_STRETCH,
+    WGS84_A_M,
+    WGS84_FLATTENING,
+    Grid,
+    Region,
+)
 
 PER_DEG_LAT = EARTH_RADIUS_M * math.pi / 180
 
@@ -169,3 +178,19 @@ def test_projection_distortion_of_small_regions_is_near_one():
     # The tall region: the equator's east-west scale against cos 85 degrees.
     tall = Region(-85.0, 85.0, 0.0, 0.17).projection_distortion()
     assert tall == pytest.approx(1 / math.cos(math.radians(85)), rel=1e-6)
+
+
+def test_the_sphere_overstates_wgs84_distances_by_at_most_the_ellipsoid_stretch():
+    # Radii of curvature of WGS84 at geodetic latitude phi; the sphere's local scale is R for
+    # both directions, so R / min(M, N) bounds its overstatement, attained by M at the equator.
+    e2 = WGS84_FLATTENING * (2 - WGS84_FLATTENING)
+    worst = 0.0
+    for degrees in range(0, 91):
+        s2 = math.sin(math.radians(degrees)) ** 2
+        meridian = WGS84_A_M * (1 - e2) / (1 - e2 * s2) ** 1.5
+        prime_vertical = WGS84_A_M / math.sqrt(1 - e2 * s2)
+        worst = max(worst, EARTH_RADIUS_M / meridian, EARTH_RADIUS_M / prime_vertical)
+    assert worst == pytest.approx(ELLIPSOID_STRETCH, rel=1e-15)
+    assert 1.0056 < ELLIPSOID_STRETCH < 1.0057
+    region = Region(lat_min=0.0, lat_max=0.01, lon_min=0.0, lon_max=0.01)
+    assert region.ground_distortion() == region.projection_distortion() * ELLIPSOID_STRETCH
