@@ -33,7 +33,6 @@ import os
 import random
 import secrets
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -59,7 +58,7 @@ from aggregator.estimates import (  # noqa: E402
 )
 from aggregator.estimation import budget  # noqa: E402
 from aggregator.store import Campaign  # noqa: E402
-from scripts.benchlib import write_section  # noqa: E402
+from scripts.benchlib import free_port, write_section  # noqa: E402
 from shared.mechanisms import Mechanism  # noqa: E402
 from shared.spec import CampaignSpec  # noqa: E402
 
@@ -134,12 +133,6 @@ def zipf_values(spec: dict, n: int, rng: random.Random) -> list[str]:
     domain = spec["domain"]
     weights = [1 / (i + 1) ** 1.1 for i in range(len(domain))]
     return rng.choices(domain, weights, k=n)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

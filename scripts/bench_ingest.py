@@ -42,7 +42,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -61,7 +60,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_bare_app import BARE_LUA, bare_ingest, create_bare_app  # noqa: E402
-from benchlib import write_section  # noqa: E402
+from benchlib import free_port, write_section  # noqa: E402
 
 from aggregator.app import create_app  # noqa: E402
 from aggregator.redis_server import DEFAULT_FSYNC, EmbeddedRedis  # noqa: E402
@@ -97,12 +96,6 @@ TARGET_SINGLE = 0.80
 TARGET_P99_MS = 50.0
 TARGET_BATCH = 0.70
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # -- processes and their CPU --------------------------------------------------------------

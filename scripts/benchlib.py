@@ -1,4 +1,4 @@
-"""Shared helpers of the benchmark scripts: the machine they ran on and BENCHMARKS.md sections.
+"""Shared helpers of the benchmark scripts: the machine they ran on, BENCHMARKS.md sections, ports.
 
 Each benchmark script owns one section of ``BENCHMARKS.md``, delimited by
 ``<!-- section: NAME -->`` and ``<!-- end: NAME -->`` lines. :func:`write_section`
@@ -15,12 +15,20 @@ import os
 import platform
 import re
 import shlex
+import socket
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS_FILE = ROOT / "BENCHMARKS.md"
 TITLE = "# Benchmarks\n\nEach section is written by the script named in its header; rerun it to refresh.\n"
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def cpu_model() -> str:

@@ -25,7 +25,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from aggregator.redis_server import EmbeddedRedis  # noqa: E402
 from aggregator.store import CampaignStore, StoredReport  # noqa: E402
+from scripts.benchlib import free_port  # noqa: E402
 from shared.spec import CampaignSpec  # noqa: E402
 
 SPEC = {
@@ -55,12 +55,6 @@ SPEC = {
 ADMIN_TOKEN = secrets.token_urlsafe(32)
 ANALYST_TOKEN = secrets.token_urlsafe(32)
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def bytes_per_report(workdir: Path, n_reports: int) -> tuple[float, int]:
@@ -86,7 +80,7 @@ class Serve:
     """``ldp-aggregator serve`` on a fresh data directory with the given extra settings."""
 
     def __init__(self, data_dir: Path, **settings: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.api = f"http://127.0.0.1:{self.port}/api/v1"
         self.root = f"http://127.0.0.1:{self.port}"
         self.data_dir = data_dir

@@ -40,7 +40,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -61,6 +60,7 @@ import requests  # noqa: E402
 from aggregator.redis_server import redis_executable  # noqa: E402
 from client import Policy, Reporter, ServerUnavailable  # noqa: E402
 from client.transport import AggregatorAPI  # noqa: E402
+from scripts.benchlib import free_port  # noqa: E402
 
 ADMIN_TOKEN = "harness-admin-token-0123456789abcdefgh"
 ANALYST_TOKEN = "harness-analyst-token-0123456789abcdefgh"
@@ -123,12 +123,6 @@ class Figures:
             and self.aof_check == "valid"
             and self.acknowledged == self.reports_made
         )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def aof_checker(directory: Path) -> str:

@@ -8,7 +8,6 @@ session. Tests that share it create campaigns with ids of their own.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from support import free_port
 
 from aggregator.redis_server import EmbeddedRedis
 
@@ -24,12 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 LIVE_ADMIN_TOKEN = "live-admin-token-0123456789abcdefghij"
 LIVE_ANALYST_TOKEN = "live-analyst-token-0123456789abcdefghij"
 STARTUP_SECONDS = 60
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

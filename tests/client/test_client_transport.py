@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
+from support import free_port
 
 from client import ServerRejected, ServerUnavailable, UntrustedSpec
 from client.transport import (
@@ -80,12 +81,6 @@ def http_server():
     yield f"http://127.0.0.1:{server.server_address[1]}", answer
     server.shutdown()
     server.server_close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_every_request_times_out(silent_server, session):

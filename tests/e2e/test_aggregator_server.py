@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_TOKEN = "e2e-admin-token-0123456789abcdefghijkl"
@@ -33,12 +34,6 @@ SPEC = {
     "domain": ["red", "green", "blue"],
 }
 TIMEOUT = 10
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Server:

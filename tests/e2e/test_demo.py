@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ from pathlib import Path
 import click
 import pytest
 import requests
+from support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_TOKEN = "demo-analyst-token-0123456789abcdefghij"
@@ -86,12 +86,6 @@ def test_demo_options_with_short_help():
     result = CliRunner().invoke(load_demo().main, ["-h"])
     assert result.exit_code == 0
     assert "--exit-after-setup" in result.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_demo_fills_campaigns_and_prints_the_dashboard(tmp_path):

@@ -20,20 +20,13 @@ from pathlib import Path
 import pytest
 import redis
 import requests
+from support import free_port
 
 from aggregator.redis_server import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_TOKEN = "ownership-admin-token-0123456789abcdef"
 SPEC = {"id": "own", "title": "Ownership", "mechanism": "krr", "epsilon": 1.0, "domain": ["a", "b"]}
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _env(data_dir: Path) -> dict[str, str]:
@@ -49,7 +42,7 @@ def _env(data_dir: Path) -> dict[str, str]:
 
 
 def _serve(data_dir: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     with open(log, "ab") as out:
         process = subprocess.Popen(
             [
@@ -203,7 +196,7 @@ def test_a_second_serve_on_the_same_data_directory_is_refused(tmp_path):
     try:
         _wait_healthy(first, url, log)
         second = subprocess.run(
-            [sys.executable, "-m", "aggregator.cli", "serve", "--port", str(_free_port())],
+            [sys.executable, "-m", "aggregator.cli", "serve", "--port", str(free_port())],
             cwd=tmp_path,
             env=_env(data_dir),
             capture_output=True,
@@ -225,7 +218,7 @@ def test_serve_refuses_a_weak_token_before_starting_anything(tmp_path):
     data_dir = tmp_path / "data"
     env = {**_env(data_dir), "LDP_ADMIN_TOKEN": "change-me"}
     result = subprocess.run(
-        [sys.executable, "-m", "aggregator.cli", "serve", "--port", str(_free_port())],
+        [sys.executable, "-m", "aggregator.cli", "serve", "--port", str(free_port())],
         cwd=tmp_path,
         env=env,
         capture_output=True,
