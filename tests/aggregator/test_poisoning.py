@@ -133,3 +133,13 @@ def test_the_estimate_api_and_the_dashboard_data_carry_the_flag(client, admin, a
     assert data["poisoning"]["flagged"] is True
     html = client.get("/dashboard/campaigns/poisoned").get_data(as_text=True)
     assert 'id="poisoning-banner"' in html
+
+
+def test_the_noise_floor_is_simulated_once_per_set_of_counts():
+    # Another method or confidence level on the same counts checks the same floor again.
+    first = poisoning.noise_floor(50_000, 300, 0.002, [30, 150, 299], seed=0)
+    again = poisoning.noise_floor(50_000, 300, 0.002, [30, 150, 299], seed=0)
+    assert again[0] is first[0] and again[1] is first[1]
+    assert not first[0].flags.writeable
+    other = poisoning.noise_floor(50_001, 300, 0.002, [30, 150, 299], seed=0)
+    assert other[0] is not first[0]
