@@ -3,9 +3,9 @@
 Settings come from :data:`DEFAULTS`, then ``test_config`` if given, else the
 environment (``LDP_ADMIN_TOKEN``, ``LDP_ANALYST_TOKEN``, ``LDP_REDIS_URL``,
 ``LDP_DATA_DIR``, ...; see ``docs/aggregator.md``). The factory refuses weak
-tokens (:func:`aggregator.auth.check_token_strength`) and bad settings with a
+tokens (:func:`aggregator.http.auth.check_token_strength`) and bad settings with a
 ValueError. Nothing connects until the first request needs the store: then
-:func:`aggregator.db.get_store` opens the Redis named by ``REDIS_URL`` or, if
+:func:`aggregator.services.get_store` opens the Redis named by ``REDIS_URL`` or, if
 none is named, starts (or reuses) the embedded server in ``DATA_DIR``.
 """
 
@@ -21,19 +21,20 @@ from flask_limiter import Limiter
 from flask_limiter.util import get_remote_address
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from aggregator import api, auth, cors, dashboard, enrollment, openapi, ratelimits
-from aggregator.capacity import DEFAULT_CHECK_INTERVAL_S, DEFAULT_HIGH_WATER
-from aggregator.db import EXTENSION, StoreHandle
-from aggregator.errors import register_error_handlers
-from aggregator.estimates import (
+from aggregator import dashboard
+from aggregator.http import auth, cors, enrollment, openapi, ratelimits, routes
+from aggregator.http.errors import register_error_handlers
+from aggregator.http.estimates import (
     DEFAULT_MAX_WORK,
     DEFAULT_TIMEOUT_S,
     LIMITS_EXTENSION,
     EstimateLimits,
 )
-from aggregator.redis_server import DEFAULT_DATA_DIR, DEFAULT_FSYNC, parse_memory_size
-from aggregator.reports import DEFAULT_MAX_BATCH, DEFAULT_REPORT_BUDGET
-from aggregator.store import DEFAULT_CAMPAIGN_MAX_REPORTS, DEFAULT_REPORT_ID_TTL_S
+from aggregator.http.reports import DEFAULT_MAX_BATCH, DEFAULT_REPORT_BUDGET
+from aggregator.services import EXTENSION, StoreHandle
+from aggregator.storage.capacity import DEFAULT_CHECK_INTERVAL_S, DEFAULT_HIGH_WATER
+from aggregator.storage.redis_server import DEFAULT_DATA_DIR, DEFAULT_FSYNC, parse_memory_size
+from aggregator.storage.store import DEFAULT_CAMPAIGN_MAX_REPORTS, DEFAULT_REPORT_ID_TTL_S
 
 DEFAULTS: dict[str, Any] = {
     "ADMIN_TOKEN": None,
@@ -58,7 +59,7 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_HEADERS_ENABLED": True,
     # A limiter counter that cannot be written (Redis at its memory limit) must not turn
     # a health check or a read into a 503; failed sign-ins are counted separately, and
-    # fail closed (aggregator.auth).
+    # fail closed (aggregator.http.auth).
     "RATELIMIT_SWALLOW_ERRORS": True,
     "CORS_ORIGINS": cors.DEFAULT_ORIGINS,
     # Proxies in front of the app whose X-Forwarded-For/-Proto are trusted (0: none).
@@ -145,7 +146,7 @@ def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
     app.extensions[LIMITS_EXTENSION] = EstimateLimits.from_config(app.config)
     register_error_handlers(app)
     cors.init_app(app)
-    app.register_blueprint(api.bp)
+    app.register_blueprint(routes.bp)
     app.register_blueprint(openapi.bp)
     app.register_blueprint(dashboard.bp)
     app.register_blueprint(enrollment.bp)
@@ -157,7 +158,7 @@ def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
     # limited view fails.
     app.extensions["ldp_limiter"] = limiter
     # Report submissions are limited (RATELIMIT_REPORTS) inside the ingestion script, in
-    # the same Redis call that stores them (see aggregator.api.submit_reports), so the
+    # the same Redis call that stores them (see aggregator.http.routes.submit_reports), so the
     # limiter's per-request hook is skipped for them: it is about 5 % of a report's CPU.
     limiter.request_filter(lambda: flask.request.endpoint == REPORTS_VIEW)
     hooks = app.before_request_funcs.setdefault(None, [])

@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 import click
 import redis
 
-from aggregator import estimates, export
-from aggregator.enrollment import new_token
-from aggregator.redis_server import (
+from aggregator.http import estimates, export
+from aggregator.http.enrollment import new_token
+from aggregator.storage.redis_server import (
     DEFAULT_DATA_DIR,
     DEFAULT_FSYNC,
     FSYNC_POLICIES,
@@ -31,8 +31,8 @@ from aggregator.redis_server import (
     connect_url,
     parse_memory_size,
 )
-from aggregator.retention import DAY_S, trim_all
-from aggregator.store import CLOSED, OPEN, CampaignStore
+from aggregator.storage.retention import DAY_S, trim_all
+from aggregator.storage.store import CLOSED, OPEN, CampaignStore
 from shared.errors import LDPError
 from shared.mechanisms import PlanarLaplace
 from shared.spec import CampaignSpec
@@ -202,7 +202,7 @@ def serve(
     LDP_ANALYST_TOKEN (at least 32 characters unless LDP_ALLOW_WEAK_TOKENS=1).
     """
     from aggregator.app import create_app
-    from aggregator.wsgi import run_gunicorn
+    from aggregator.http.wsgi import run_gunicorn
 
     try:
         create_app()  # what every worker will build: refuses weak tokens, bad settings

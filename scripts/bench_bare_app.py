@@ -68,7 +68,7 @@ def main() -> None:
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from aggregator.wsgi import run_gunicorn
+    from aggregator.http.wsgi import run_gunicorn
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--redis-url", required=True)

@@ -66,7 +66,7 @@ PEER_INSTALL = "pip install qif pure-ldp multi-freq-ldpy scikit-learn statsmodel
 # Planar Laplace setting shared by every planar row: level ln 2 within 100 m, 50 m cells.
 EPSILON_PER_M = math.log(2) / 100
 CELL_M = 50.0
-# The city's hotspots (as aggregator.simulate's clustered city): Gaussian, Zipf weights.
+# The city's hotspots (as simulate's clustered city): Gaussian, Zipf weights.
 HOTSPOTS = 8
 HOTSPOT_SPREAD_M = (100.0, 500.0)
 BACKGROUND = 0.1

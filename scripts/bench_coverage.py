@@ -54,12 +54,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project importable
     sys.path.insert(0, str(ROOT))
 
-import aggregator.estimation.api as estimation_api  # noqa: E402
+import aggregator.estimation.compute as estimation_api  # noqa: E402
 from aggregator.estimation import channel_for, estimate  # noqa: E402
-from aggregator.simulate.populations import Population  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
 from shared.geo import EARTH_RADIUS_M, Grid, Region  # noqa: E402
 from shared.mechanisms import KRR, Mechanism, PlanarLaplace  # noqa: E402
+from simulate.populations import Population  # noqa: E402
 
 SECTION = "coverage"
 DOC = ROOT / "docs" / "estimation.md"

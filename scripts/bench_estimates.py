@@ -49,15 +49,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project importable
     sys.path.insert(0, str(ROOT))
 
-from aggregator.estimates import (  # noqa: E402
+from aggregator.estimation import budget  # noqa: E402
+from aggregator.http.estimates import (  # noqa: E402
     DEFAULT_CONFIDENCE,
     DEFAULT_MAX_WORK,
     DEFAULT_METHOD,
     DEFAULT_TIMEOUT_S,
     estimate_response,
 )
-from aggregator.estimation import budget  # noqa: E402
-from aggregator.store import Campaign  # noqa: E402
+from aggregator.storage.store import Campaign  # noqa: E402
 from scripts.benchlib import free_port, write_section  # noqa: E402
 from shared.mechanisms import Mechanism  # noqa: E402
 from shared.spec import CampaignSpec  # noqa: E402

@@ -5,7 +5,7 @@ For each ``appendfsync`` policy (``always``, the default, then ``everysec``) one
 Redis (AOF on) serves, side by side:
 
 * **bare Flask + Lua** (``scripts/bench_bare_app.py``): gunicorn with the worker
-  setup of ``ldp-aggregator serve`` (same options, from ``aggregator.wsgi``),
+  setup of ``ldp-aggregator serve`` (same options, from ``aggregator.http.wsgi``),
   one dedupe + count + stream Lua call per request, no validation;
 * **our server**: ``ldp-aggregator serve --workers 2`` with everything on
   (campaign check, full report validation, rate limit counted, CORS);
@@ -63,8 +63,8 @@ from bench_bare_app import BARE_LUA, bare_ingest, create_bare_app  # noqa: E402
 from benchlib import free_port, write_section  # noqa: E402
 
 from aggregator.app import create_app  # noqa: E402
-from aggregator.redis_server import DEFAULT_FSYNC, EmbeddedRedis  # noqa: E402
-from aggregator.store import CampaignStore, StoredReport  # noqa: E402
+from aggregator.storage.redis_server import DEFAULT_FSYNC, EmbeddedRedis  # noqa: E402
+from aggregator.storage.store import CampaignStore, StoredReport  # noqa: E402
 from shared.mechanisms import Mechanism  # noqa: E402
 from shared.spec import CampaignSpec  # noqa: E402
 

@@ -2,7 +2,7 @@
 
     python scripts/bench_simulate.py [--sizes 1e6,1e7] [--no-write]
 
-For each mechanism and size it times :func:`aggregator.simulate.runner.perturb`
+For each mechanism and size it times :func:`simulate.runner.perturb`
 (drawing the users, the vectorised sampler, bincount; chunks of 10^6) and the
 peak of memory allocated meanwhile (``tracemalloc``, which sees numpy's
 buffers). Prints a markdown table and writes the ``simulate`` section of
@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project importable
     sys.path.insert(0, str(ROOT))
 
-from aggregator.simulate.populations import Population, cell_labels  # noqa: E402
-from aggregator.simulate.runner import perturb  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
 from shared.geo import Grid, Region  # noqa: E402
 from shared.mechanisms import KRR, PlanarLaplace  # noqa: E402
+from simulate.populations import Population, cell_labels  # noqa: E402
+from simulate.runner import perturb  # noqa: E402
 
 GRID = Grid(Region(37.7723373, 37.7993168, -122.4233913, -122.3892533), 150.0)
 BIG_GRID = Grid(Region(37.70, 37.80, -122.50, -122.38), 100.0)
@@ -86,7 +86,7 @@ def main() -> None:
             "simulate",
             "### In-process simulation (`ldp-simulate`)\n\n"
             "Drawing the users, perturbing them with the vectorised sampler and counting "
-            "(`aggregator.simulate.runner.perturb`, chunks of 10^6 users); estimation is not "
+            "(`simulate.runner.perturb`, chunks of 10^6 users); estimation is not "
             "included. Peak memory is what numpy allocated during the call (tracemalloc).\n\n"
             + table,
         )

@@ -21,8 +21,8 @@ from pathlib import Path
 import click
 import requests
 
-from aggregator.simulate import Population, run_via_server
 from shared.spec import CampaignSpec
+from simulate import Population, run_via_server
 
 ROOT = Path(__file__).resolve().parents[1]
 GOWALLA = ROOT.parent / "shared" / "data" / "gowalla_sf_downtown.csv"

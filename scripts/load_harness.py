@@ -57,7 +57,7 @@ if str(ROOT) not in sys.path:
 import redis  # noqa: E402
 import requests  # noqa: E402
 
-from aggregator.redis_server import redis_executable  # noqa: E402
+from aggregator.storage.redis_server import redis_executable  # noqa: E402
 from client import Policy, Reporter, ServerUnavailable  # noqa: E402
 from client.transport import AggregatorAPI  # noqa: E402
 from scripts.benchlib import free_port  # noqa: E402

@@ -30,10 +30,10 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a file from anywhere: make the project importable
     sys.path.insert(0, str(REPO))
 
-from aggregator.simulate.populations import Population, cell_labels  # noqa: E402
-from aggregator.simulate.runner import simulate  # noqa: E402
 from shared.geo import EARTH_RADIUS_M, Grid, Region  # noqa: E402
 from shared.spec import CampaignSpec  # noqa: E402
+from simulate.populations import Population, cell_labels  # noqa: E402
+from simulate.runner import simulate  # noqa: E402
 
 DEFAULT_CSV = REPO.parent / "shared" / "data" / "gowalla_sf_downtown.csv"
 SIDE_M = 3000.0
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"| {mean.emd_m:.1f} ± {sd.emd_m:.1f} | {mean.tv:.3f} ± {sd.tv:.3f} |"
                 )
             if args.plot and stopping == "fixed":
-                from aggregator.simulate.plots import write_plots
+                from simulate.plots import write_plots
 
                 for path in write_plots(result, args.plot):
                     print(f"wrote {path}", file=sys.stderr)

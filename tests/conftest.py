@@ -18,7 +18,7 @@ import pytest
 import requests
 from support import free_port
 
-from aggregator.redis_server import EmbeddedRedis
+from aggregator.storage.redis_server import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[1]
 LIVE_ADMIN_TOKEN = "live-admin-token-0123456789abcdefghij"

@@ -1,7 +1,7 @@
 """What the dashboard pages show, shaped from the store and the estimate API's responses.
 
 Nothing here computes an estimate of its own: the estimate shown is exactly
-:func:`aggregator.estimates.estimate_response`, the body of the estimate API,
+:func:`aggregator.http.estimates.estimate_response`, the body of the estimate API,
 so a chart and the API can never disagree. For planar campaigns the payload
 adds the heatmap layers on the campaign's lat/lon grid: the share of noisy
 reports per cell (from the stored counts) and the reconstructed distribution,
@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from aggregator.store import Campaign, CampaignStore
+from aggregator.storage.store import Campaign, CampaignStore
 from shared.spec import PLANAR_LAPLACE
 
 MECHANISM_NAMES = {

@@ -11,7 +11,7 @@ of the token that opened it, so that
 * any number of workers behind one Redis share the sessions.
 
 Failed sign-ins count against the address's failed-authentication limit, the
-one bearer tokens share (:mod:`aggregator.auth`): past it the form answers 429
+one bearer tokens share (:mod:`aggregator.http.auth`): past it the form answers 429
 before comparing the token. The token itself is never stored, nor put into a
 page. ``SECRET_KEY`` (the
 ``LDP_SECRET_KEY`` setting) signs the cookie; when it is not set, a key is
@@ -31,9 +31,9 @@ from urllib.parse import urlsplit
 
 import flask
 
-from aggregator import auth
-from aggregator.db import get_store
-from aggregator.errors import error_response
+from aggregator.http import auth
+from aggregator.http.errors import error_response
+from aggregator.services import get_store
 
 SESSION_KEY = "ldp:dashboard:session:{sid}"
 DEFAULT_SESSION_TTL_S = 8 * 3600

@@ -14,14 +14,14 @@ from typing import Any
 
 import flask
 
-from aggregator import estimates, export
-from aggregator.api import bounded_estimate, load_campaign
 from aggregator.dashboard import data, sessions
 from aggregator.dashboard.sessions import data_login_required, page_login_required
-from aggregator.db import get_store
-from aggregator.errors import APIError
 from aggregator.estimation import METHODS
-from aggregator.store import Campaign, CampaignNotFound
+from aggregator.http import estimates, export
+from aggregator.http.errors import APIError
+from aggregator.http.routes import bounded_estimate, load_campaign
+from aggregator.services import get_store
+from aggregator.storage.store import Campaign, CampaignNotFound
 from shared.errors import ValidationError
 from shared.spec import PLANAR_LAPLACE
 

@@ -1,6 +1,5 @@
 """Estimators of the true distribution from perturbed reports."""
 
-from aggregator.estimation.api import METHODS, EstimateResult, estimate
 from aggregator.estimation.channels import (
     Channel,
     DenseChannel,
@@ -9,6 +8,7 @@ from aggregator.estimation.channels import (
     SingularChannelError,
     channel_for,
 )
+from aggregator.estimation.compute import METHODS, EstimateResult, estimate
 from aggregator.estimation.estimators import IBU, MatrixInversion, project_to_simplex
 
 __all__ = [

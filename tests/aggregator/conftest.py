@@ -8,8 +8,8 @@ from aggregator_testdata import ADMIN_TOKEN, ANALYST_TOKEN, KRR_SPEC, PLANAR_SPE
 from click.testing import CliRunner
 
 from aggregator.app import create_app
-from aggregator.redis_server import EmbeddedRedis
-from aggregator.store import CampaignStore
+from aggregator.storage.redis_server import EmbeddedRedis
+from aggregator.storage.store import CampaignStore
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,8 @@ import pytest
 from aggregator_testdata import KRR_SPEC, PLANAR_SPEC, new_id
 
 from aggregator.cli import describe_url, main
-from aggregator.redis_server import EmbeddedRedis
-from aggregator.store import StoredReport
+from aggregator.storage.redis_server import EmbeddedRedis
+from aggregator.storage.store import StoredReport
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
 
@@ -221,11 +221,13 @@ def test_version_and_short_help_on_every_command(runner):
 
 
 def test_serve_takes_the_data_directory_after_the_command(runner, tmp_path, monkeypatch):
-    import aggregator.wsgi
+    import aggregator.http.wsgi
 
     assert "--data-dir" in runner.invoke(main, ["serve", "-h"]).stdout
     served = {}
-    monkeypatch.setattr(aggregator.wsgi, "run_gunicorn", lambda **options: served.update(options))
+    monkeypatch.setattr(
+        aggregator.http.wsgi, "run_gunicorn", lambda **options: served.update(options)
+    )
     monkeypatch.delenv("LDP_DATA_DIR", raising=False)
     monkeypatch.setenv("LDP_REDIS_URL", "")  # serve sets it for its workers
     monkeypatch.setenv("LDP_ADMIN_TOKEN", "admin-" + "a" * 40)

@@ -10,8 +10,8 @@ import pytest
 from aggregator_testdata import KRR_SPEC, new_id
 
 from aggregator.cli import main
-from aggregator.db import EXTENSION
-from aggregator.estimates import ChannelCache
+from aggregator.http.estimates import ChannelCache
+from aggregator.services import EXTENSION
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
 

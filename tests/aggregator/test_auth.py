@@ -9,7 +9,7 @@ import pytest
 from aggregator_testdata import ADMIN_TOKEN, ANALYST_TOKEN, KRR_SPEC
 
 from aggregator.app import create_app
-from aggregator.auth import EXAMPLE_TOKENS, MIN_TOKEN_LENGTH, WeakTokenError
+from aggregator.http.auth import EXAMPLE_TOKENS, MIN_TOKEN_LENGTH, WeakTokenError
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNTS = "/api/v1/campaigns/fruit/counts"

@@ -12,7 +12,7 @@ import pytest
 from aggregator_testdata import KRR_SPEC, PLANAR_SPEC, new_id
 
 from aggregator.app import create_app
-from aggregator.store import CampaignStore
+from aggregator.storage.store import CampaignStore
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
 

@@ -15,9 +15,9 @@ import redis
 from aggregator_testdata import ADMIN_TOKEN, ANALYST_TOKEN, KRR_SPEC, new_id
 
 from aggregator.app import create_app
-from aggregator.capacity import CapacityGuard
-from aggregator.redis_server import EmbeddedRedis, default_maxmemory, parse_memory_size
-from aggregator.store import CampaignStore
+from aggregator.storage.capacity import CapacityGuard
+from aggregator.storage.redis_server import EmbeddedRedis, default_maxmemory, parse_memory_size
+from aggregator.storage.store import CampaignStore
 
 REPORTS = "/api/v1/campaigns/fruit/reports"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -186,7 +186,7 @@ def test_a_full_store_is_logged_once_without_report_values(small_redis, caplog):
     with caplog.at_level("WARNING"):
         for _ in range(3):
             assert client.post(REPORTS, json=batch(2)).status_code == 507
-    messages = [r.getMessage() for r in caplog.records if r.name == "aggregator.capacity"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "aggregator.storage.capacity"]
     assert sum("report storage full" in m for m in messages) == 1
     assert sum("reports refused (storage_full)" in m for m in messages) == 1
     assert not any(label in m for m in messages for label in KRR_SPEC["domain"])

@@ -18,12 +18,12 @@ import gevent.monkey
 import pytest
 from aggregator_testdata import ADMIN_TOKEN, ANALYST_TOKEN, KRR_SPEC, PLANAR_SPEC, new_id
 
-from aggregator import estimates
 from aggregator.app import create_app
 from aggregator.cli import main
 from aggregator.estimation import budget
-from aggregator.openapi import document
-from aggregator.store import StoredReport
+from aggregator.http import estimates
+from aggregator.http.openapi import document
+from aggregator.storage.store import StoredReport
 from shared.spec import CampaignSpec
 
 KRR_URL = "/api/v1/campaigns/fruit/estimate"

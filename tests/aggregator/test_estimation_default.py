@@ -14,10 +14,10 @@ import pytest
 
 from aggregator.estimation import IBU, budget, channel_for, estimate
 from aggregator.estimation.estimators import _steps, default_estimator
-from aggregator.simulate.metrics import earth_movers_distance, total_variation
-from aggregator.simulate.populations import Population
 from shared.geo import Grid, Region
 from shared.mechanisms import KRR, PlanarLaplace, RandomizedResponse
+from simulate.metrics import earth_movers_distance, total_variation
+from simulate.populations import Population
 
 
 def reports(mechanism, truth: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -26,9 +26,9 @@ from aggregator.estimation.intervals import (
     inversion_variance,
     wilson_interval,
 )
-from aggregator.simulate.populations import Population
 from shared.geo import EARTH_RADIUS_M, Grid, Region
 from shared.mechanisms import KRR, PlanarLaplace
+from simulate.populations import Population
 
 CONFIDENCE = 0.95
 PER_CATEGORY = (0.90, 0.99)

@@ -21,7 +21,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from aggregator.openapi import document
+from aggregator.http.openapi import document
 
 
 def test_every_api_route_is_documented_and_every_documented_route_exists(app):

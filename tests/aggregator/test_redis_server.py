@@ -10,8 +10,8 @@ import pytest
 import redis
 from aggregator_testdata import KRR_SPEC, new_id
 
-from aggregator.redis_server import EmbeddedRedis
-from aggregator.store import CampaignStore, StoredReport
+from aggregator.storage.redis_server import EmbeddedRedis
+from aggregator.storage.store import CampaignStore, StoredReport
 from shared.spec import CampaignSpec
 
 

@@ -7,8 +7,8 @@ import redis
 from aggregator_testdata import KRR_SPEC, new_id
 
 from aggregator.app import create_app
-from aggregator.retention import DAY_S, retention_seconds, trim_all
-from aggregator.store import CampaignStore, StoredReport
+from aggregator.storage.retention import DAY_S, retention_seconds, trim_all
+from aggregator.storage.store import CampaignStore, StoredReport
 from shared.spec import CampaignSpec
 
 NOW = 1_750_000_000.0
@@ -67,7 +67,7 @@ def test_the_app_applies_the_setting(config, admin):
     client = app.test_client()
     assert client.post("/api/v1/campaigns", json=KRR_SPEC, headers=admin).status_code == 201
     with app.app_context():
-        from aggregator.db import get_store
+        from aggregator.services import get_store
 
         assert get_store().retention_s == 7 * DAY_S
 

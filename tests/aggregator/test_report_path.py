@@ -6,7 +6,13 @@ import pytest
 from aggregator_testdata import KRR_SPEC, new_id
 
 from aggregator.app import create_app
-from aggregator.store import CampaignStore, RateLimit, RateLimited, SpecChanged, StoredReport
+from aggregator.storage.store import (
+    CampaignStore,
+    RateLimit,
+    RateLimited,
+    SpecChanged,
+    StoredReport,
+)
 from shared.spec import CampaignSpec
 
 URL = "/api/v1/campaigns/fruit/reports"

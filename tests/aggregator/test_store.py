@@ -9,7 +9,7 @@ import pytest
 from aggregator_testdata import KRR_SPEC, PLANAR_SPEC, new_id
 from redis.crc import key_slot
 
-from aggregator.store import (
+from aggregator.storage.store import (
     CampaignClosed,
     CampaignExists,
     CampaignNotFound,
@@ -160,7 +160,7 @@ def test_stored_values_are_json(store):
 
 
 def test_a_spec_is_read_and_parsed_once_per_store(store, monkeypatch):
-    from aggregator import store as store_module
+    from aggregator.storage import store as store_module
 
     store.create_campaign(KRR)
     first = store.get_campaign(KRR.id)

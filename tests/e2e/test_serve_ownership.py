@@ -22,7 +22,7 @@ import redis
 import requests
 from support import free_port
 
-from aggregator.redis_server import EmbeddedRedis
+from aggregator.storage.redis_server import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_TOKEN = "ownership-admin-token-0123456789abcdef"
@@ -151,8 +151,8 @@ def test_a_redis_left_by_a_dead_owner_is_shut_down_and_its_data_kept(tmp_path):
         f"""
         import sys, time, uuid
         import redis
-        from aggregator.redis_server import EmbeddedRedis
-        from aggregator.store import CampaignStore, StoredReport
+        from aggregator.storage.redis_server import EmbeddedRedis
+        from aggregator.storage.store import CampaignStore, StoredReport
         from shared.spec import CampaignSpec
         spec = CampaignSpec.from_dict({SPEC!r})
         store = CampaignStore(redis.Redis.from_url(EmbeddedRedis({str(data_dir)!r}).start()))

@@ -13,13 +13,13 @@ import numpy as np
 from click.testing import CliRunner
 
 from aggregator.estimation import channel_for
-from aggregator.simulate.cli import main
-from aggregator.simulate.populations import Population
-from aggregator.simulate.runner import estimate_methods, simulate
-from aggregator.simulate.via import run_via_server
 from shared.geo import Grid, Region
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
+from simulate.cli import main
+from simulate.populations import Population
+from simulate.runner import estimate_methods, simulate
+from simulate.via import run_via_server
 
 LABELS = ["bus", "bike", "car", "foot", "train"]
 

@@ -14,7 +14,7 @@ import re
 import uuid
 from typing import Any
 
-from aggregator.store import StoredReport
+from aggregator.storage.store import StoredReport
 from shared.errors import ReportError
 from shared.mechanisms import Mechanism
 

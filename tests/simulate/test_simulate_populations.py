@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from aggregator.simulate.populations import Population, PopulationError, cell_labels
 from shared.geo import Grid, Region
+from simulate.populations import Population, PopulationError, cell_labels
 
 REGION = Region(lat_min=48.10, lat_max=48.13, lon_min=11.50, lon_max=11.54)
 GRID = Grid(REGION, 250.0)

@@ -15,11 +15,11 @@ import secrets
 
 import flask
 
-from aggregator.api import json_body, load_campaign
-from aggregator.auth import ADMIN, require
-from aggregator.db import get_store
-from aggregator.errors import APIError
-from aggregator.store import Campaign
+from aggregator.http.auth import ADMIN, require
+from aggregator.http.errors import APIError
+from aggregator.http.routes import json_body, load_campaign
+from aggregator.services import get_store
+from aggregator.storage.store import Campaign
 from shared.errors import ValidationError
 
 MAX_TOKENS_PER_REQUEST = 10_000

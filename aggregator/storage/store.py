@@ -220,7 +220,7 @@ class CampaignStore:
             raise ValueError(f"retention_s must be > 0 or None, got {retention_s!r}")
         # Raw reports older than this are trimmed from the stream (counts stay); None keeps all.
         self.retention_s = retention_s
-        lua = resources.files("aggregator") / "lua"
+        lua = resources.files("aggregator.storage") / "lua"
         self._create = connection.register_script((lua / "create.lua").read_text("utf-8"))
         self._ingest = connection.register_script((lua / "ingest.lua").read_text("utf-8"))
         self._parsed: OrderedDict[str, tuple[CampaignSpec, Mechanism]] = OrderedDict()

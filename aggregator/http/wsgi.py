@@ -9,7 +9,7 @@ The workers are gevent workers: each connection is a greenlet, so clients that
 send their request slowly hold only a greenlet each while the worker goes on
 serving others (a threaded worker would give each of them a thread until it
 finished). CPU-bound estimates run in gevent's native thread pool
-(:func:`aggregator.estimates.off_loop`) so that they do not stop the worker's loop.
+(:func:`aggregator.http.estimates.off_loop`) so that they do not stop the worker's loop.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from gunicorn.app.base import BaseApplication
 from aggregator.app import create_app
 
 # The master kills a worker whose loop has not checked in for this long. Estimates run off
-# the loop (aggregator.estimates.off_loop), so even long ones do not stop its check-ins.
+# the loop (aggregator.http.estimates.off_loop), so even long ones do not stop its check-ins.
 WORKER_TIMEOUT_S = 120
 WORKER_CLASS = "gevent"
 # Connections (greenlets) a worker holds at once, idle keep-alive and slow ones included;

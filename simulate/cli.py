@@ -12,18 +12,18 @@ from typing import Any
 import click
 
 from aggregator.estimation import METHODS
-from aggregator.simulate.populations import Population, cell_labels
-from aggregator.simulate.runner import ALL_METHODS, ResultRow, simulate
-from aggregator.simulate.via import (
+from shared.errors import LDPError
+from shared.geo import Grid, Region
+from shared.spec import KRR, PLANAR_LAPLACE, RR, CampaignSpec
+from simulate.populations import Population, cell_labels
+from simulate.runner import ALL_METHODS, ResultRow, simulate
+from simulate.via import (
     DEFAULT_DEADLINE_S,
     DEFAULT_WORKERS,
     ServerAPI,
     ViaResult,
     run_via_server,
 )
-from shared.errors import LDPError
-from shared.geo import Grid, Region
-from shared.spec import KRR, PLANAR_LAPLACE, RR, CampaignSpec
 
 CATEGORICAL = ("uniform", "zipf", "weights", "csv-column")
 LOCATION = ("city", "csv-points")
@@ -288,7 +288,7 @@ def main(**options: Any) -> None:
     )
     written = []
     if options["plot_dir"]:
-        from aggregator.simulate.plots import write_plots
+        from simulate.plots import write_plots
 
         written = write_plots(result, options["plot_dir"])
     if options["as_json"]:

@@ -6,8 +6,8 @@ from typing import Any
 
 import flask
 
-from aggregator.estimates import CONFIDENCE_LEVELS, DEFAULT_CONFIDENCE
 from aggregator.estimation import METHODS
+from aggregator.http.estimates import CONFIDENCE_LEVELS, DEFAULT_CONFIDENCE
 from shared.spec import MECHANISMS
 
 bp = flask.Blueprint("openapi", __name__, url_prefix="/api/v1")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from aggregator.simulate.cli import main, parse_epsilon, parse_n
-from aggregator.simulate.runner import ALL_METHODS
+from simulate.cli import main, parse_epsilon, parse_n
+from simulate.runner import ALL_METHODS
 
 GOWALLA = Path(__file__).resolve().parents[3] / "shared" / "data" / "gowalla_sf_downtown.csv"
 # The 3 km square around the Gowalla check-ins that scripts/reproduce_gowalla.py uses.

@@ -42,11 +42,8 @@ import numpy as np
 import requests
 from tqdm.auto import tqdm
 
-from aggregator.estimates import output_labels
 from aggregator.estimation import METHODS, channel_for
-from aggregator.simulate.metrics import Scores, score
-from aggregator.simulate.populations import Population
-from aggregator.simulate.runner import NOISY, check_compatible, estimate_methods
+from aggregator.http.estimates import output_labels
 from client import Policy, Reporter, ServerUnavailable
 from client.policy import DEFAULT_MAX_EPSILON, DEFAULT_TOTAL_BUDGET
 from client.reporter import DELIVERED, DUPLICATE, QUEUED
@@ -54,6 +51,9 @@ from client.transport import normalize_server_url
 from shared.errors import LDPError, SpecError
 from shared.mechanisms import Mechanism, PlanarLaplace
 from shared.spec import CampaignSpec
+from simulate.metrics import Scores, score
+from simulate.populations import Population
+from simulate.runner import NOISY, check_compatible, estimate_methods
 
 API = "/api/v1"
 DEFAULT_WORKERS = 8

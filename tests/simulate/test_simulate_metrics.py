@@ -9,13 +9,13 @@ import pytest
 import scipy.optimize
 import scipy.stats
 
-from aggregator.simulate.metrics import (
+from shared.geo import Grid, Region
+from simulate.metrics import (
     cell_centres_m,
     earth_movers_distance,
     kl_divergence,
     score,
 )
-from shared.geo import Grid, Region
 
 GRID = Grid(Region(48.10, 48.13, 11.50, 11.54), 500.0)
 

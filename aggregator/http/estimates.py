@@ -24,7 +24,6 @@ import flask
 import numpy as np
 import redis
 
-from aggregator.errors import APIError
 from aggregator.estimation import (
     METHODS,
     Channel,
@@ -34,7 +33,8 @@ from aggregator.estimation import (
     estimate,
     poisoning,
 )
-from aggregator.store import Campaign, CampaignStore, is_out_of_memory
+from aggregator.http.errors import APIError
+from aggregator.storage.store import Campaign, CampaignStore, is_out_of_memory
 from shared.errors import ValidationError
 from shared.mechanisms import Mechanism, PlanarLaplace
 
@@ -340,7 +340,7 @@ def cached_estimate(
     the time the estimate took to compute). ``confidence`` must be one of
     :data:`CONFIDENCE_LEVELS`. With ``limits`` a computation that needs more
     work than allowed raises :class:`EstimateTooCostly`, one that runs past the
-    time limit a 503 :class:`~aggregator.errors.APIError`; nothing is cached then.
+    time limit a 503 :class:`~aggregator.http.errors.APIError`; nothing is cached then.
     """
     text, body, cached = _cached_estimate(
         store, campaign, method, confidence, channels=channels, limits=limits

@@ -11,12 +11,12 @@ import flask
 import limits
 import redis
 
-from aggregator import estimates, export
-from aggregator.auth import ADMIN, ANALYST, require
-from aggregator.db import get_capacity, get_channels, get_store
-from aggregator.errors import APIError
-from aggregator.reports import parse_submission
-from aggregator.store import (
+from aggregator.http import estimates, export
+from aggregator.http.auth import ADMIN, ANALYST, require
+from aggregator.http.errors import APIError
+from aggregator.http.reports import parse_submission
+from aggregator.services import get_capacity, get_channels, get_store
+from aggregator.storage.store import (
     STATUSES,
     Campaign,
     CampaignFull,

@@ -19,7 +19,7 @@ import math
 import time
 from typing import Any
 
-from aggregator.store import CampaignStore
+from aggregator.storage.store import CampaignStore
 
 DAY_S = 86_400
 

@@ -9,17 +9,17 @@ import pytest
 import scipy.stats
 
 from aggregator.estimation import channel_for
-from aggregator.simulate.populations import Population, PopulationError, cell_labels
-from aggregator.simulate.runner import (
+from shared.geo import Grid, Region
+from shared.mechanisms import KRR, Mechanism, PlanarLaplace
+from shared.spec import CampaignSpec
+from simulate.populations import Population, PopulationError, cell_labels
+from simulate.runner import (
     ALL_METHODS,
     check_compatible,
     estimate_methods,
     perturb,
     simulate,
 )
-from shared.geo import Grid, Region
-from shared.mechanisms import KRR, Mechanism, PlanarLaplace
-from shared.spec import CampaignSpec
 
 # 20 x 20 cells of 150 m, as in the reproduction of the IBU literature.
 CITY_GRID = Grid(Region(48.10, 48.1269, 11.50, 11.5403), 150.0)
@@ -182,7 +182,7 @@ def test_population_and_campaign_must_match():
 
 
 def test_the_package_re_exports_its_public_names():
-    import aggregator.simulate as package
+    import simulate as package
 
     assert sorted(package.__all__) == [
         "ALL_METHODS",

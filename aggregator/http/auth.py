@@ -29,8 +29,8 @@ import flask
 import limits
 from werkzeug.exceptions import TooManyRequests
 
-from aggregator.db import get_store
-from aggregator.errors import APIError
+from aggregator.http.errors import APIError
+from aggregator.services import get_store
 
 ADMIN = "admin"
 ANALYST = "analyst"

@@ -8,11 +8,11 @@ import threading
 import flask
 import redis
 
-from aggregator.capacity import CapacityGuard
-from aggregator.estimates import ChannelCache
-from aggregator.redis_server import EmbeddedRedis, connect_url
-from aggregator.retention import retention_seconds
-from aggregator.store import CampaignStore
+from aggregator.http.estimates import ChannelCache
+from aggregator.storage.capacity import CapacityGuard
+from aggregator.storage.redis_server import EmbeddedRedis, connect_url
+from aggregator.storage.retention import retention_seconds
+from aggregator.storage.store import CampaignStore
 
 EXTENSION = "ldp"
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import redis
 
-from aggregator.store import StorageFull
+from aggregator.storage.store import StorageFull
 
 DEFAULT_HIGH_WATER = 0.9
 DEFAULT_CHECK_INTERVAL_S = 1.0

@@ -18,8 +18,8 @@ import io
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from aggregator.estimates import output_labels
-from aggregator.store import Campaign
+from aggregator.http.estimates import output_labels
+from aggregator.storage.store import Campaign
 from shared.errors import ValidationError
 from shared.mechanisms import PlanarLaplace
 from shared.terminal import json_text

@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from aggregator.simulate.runner import NOISY, ResultRow, SimulationResult, Snapshot
+from simulate.runner import NOISY, ResultRow, SimulationResult, Snapshot
 
 # Beyond this many categories the estimates are drawn as points sorted by truth, not bars.
 MAX_BARS = 40

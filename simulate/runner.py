@@ -7,7 +7,7 @@ For each campaign spec (one per epsilon) and each number of users ``n``:
    (:meth:`shared.mechanisms.Mechanism.sample`) and counted with ``bincount``,
    so memory does not grow with ``n`` (10^7 users take a few seconds);
 2. every method estimates the distribution from the report counts alone;
-3. each estimate is scored (:mod:`aggregator.simulate.metrics`) against the
+3. each estimate is scored (:mod:`simulate.metrics`) against the
    *empirical* distribution of the simulated users' true values, which is
    what a campaign over those users tries to recover.
 
@@ -35,10 +35,10 @@ from aggregator.estimation import (
     channel_for,
 )
 from aggregator.estimation.estimators import default_estimator
-from aggregator.simulate.metrics import Scores, score
-from aggregator.simulate.populations import DEFAULT_CHUNK, Population, PopulationError
 from shared.mechanisms import Mechanism, PlanarLaplace
 from shared.spec import CampaignSpec
+from simulate.metrics import Scores, score
+from simulate.populations import DEFAULT_CHUNK, Population, PopulationError
 
 NOISY = "noisy"
 # "noisy" is the report histogram taken as it is: the baseline every estimator should beat.

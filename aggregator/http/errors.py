@@ -12,7 +12,7 @@ import flask
 import redis
 from werkzeug.exceptions import HTTPException
 
-from aggregator.store import (
+from aggregator.storage.store import (
     CampaignClosed,
     CampaignExists,
     CampaignFull,

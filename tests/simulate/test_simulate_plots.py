@@ -5,9 +5,9 @@ from __future__ import annotations
 import matplotlib.colors
 import pytest
 
-from aggregator.simulate.metrics import Scores
-from aggregator.simulate.plots import error_vs_epsilon_figure, method_colours
-from aggregator.simulate.runner import NOISY, ResultRow
+from simulate.metrics import Scores
+from simulate.plots import error_vs_epsilon_figure, method_colours
+from simulate.runner import NOISY, ResultRow
 
 METHODS = ("ibu", "inversion", "clip", "projection", NOISY)
 

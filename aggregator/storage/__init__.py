@@ -1,0 +1,1 @@
+"""Storage: the Redis store, the embedded Redis server, capacity and retention."""
