@@ -1,10 +1,10 @@
-"""The Flask application factory and the store handle.
+"""The Flask application factory.
 
-Settings come from :data:`DEFAULTS`, then ``test_config`` if given, else the
-environment (``LDP_ADMIN_TOKEN``, ``LDP_ANALYST_TOKEN``, ``LDP_REDIS_URL``,
-``LDP_DATA_DIR``, ...; see ``docs/aggregator.md``). The factory refuses weak
-tokens (:func:`aggregator.http.auth.check_token_strength`) and bad settings with a
-ValueError. Nothing connects until the first request needs the store: then
+Settings come from ``test_config`` if given, else the environment (``LDP_ADMIN_TOKEN``,
+``LDP_REDIS_URL``, ``LDP_DATA_DIR``, ...), read and checked once into an
+:class:`aggregator.settings.Settings` (see docs/aggregator.md): a weak token or a bad
+value stops the factory with :class:`aggregator.settings.SettingsError`. Nothing
+connects until the first request needs the store: then
 :func:`aggregator.services.get_store` opens the Redis named by ``REDIS_URL`` or, if
 none is named, starts (or reuses) the embedded server in ``DATA_DIR``.
 """
@@ -12,7 +12,8 @@ none is named, starts (or reuses) the embedded server in ``DATA_DIR``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import flask
@@ -22,53 +23,11 @@ from flask_limiter.util import get_remote_address
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from aggregator import dashboard
-from aggregator.http import auth, cors, enrollment, openapi, ratelimits, routes
+from aggregator.http import cors, enrollment, openapi, ratelimits, routes
 from aggregator.http.errors import register_error_handlers
-from aggregator.http.estimates import (
-    DEFAULT_MAX_WORK,
-    DEFAULT_TIMEOUT_S,
-    LIMITS_EXTENSION,
-    EstimateLimits,
-)
-from aggregator.http.reports import DEFAULT_MAX_BATCH, DEFAULT_REPORT_BUDGET
-from aggregator.services import EXTENSION, StoreHandle
-from aggregator.storage.capacity import DEFAULT_CHECK_INTERVAL_S, DEFAULT_HIGH_WATER
-from aggregator.storage.redis_server import DEFAULT_DATA_DIR, DEFAULT_FSYNC, parse_memory_size
-from aggregator.storage.store import DEFAULT_CAMPAIGN_MAX_REPORTS, DEFAULT_REPORT_ID_TTL_S
-
-DEFAULTS: dict[str, Any] = {
-    "ADMIN_TOKEN": None,
-    "ANALYST_TOKEN": None,
-    # Development only: accept tokens that are short or published as examples.
-    "ALLOW_WEAK_TOKENS": False,
-    "REDIS_URL": None,
-    "DATA_DIR": DEFAULT_DATA_DIR,
-    "REDIS_FSYNC": DEFAULT_FSYNC,
-    # The embedded Redis's maxmemory (bytes or "512mb"); None: a quarter of the machine's.
-    "REDIS_MAXMEMORY": None,
-    "STORAGE_HIGH_WATER": DEFAULT_HIGH_WATER,
-    "STORAGE_CHECK_INTERVAL_S": DEFAULT_CHECK_INTERVAL_S,
-    "REPORT_ID_TTL_S": DEFAULT_REPORT_ID_TTL_S,
-    "MAX_BATCH": DEFAULT_MAX_BATCH,
-    "MAX_CONTENT_LENGTH": 1024 * 1024,
-    "CAMPAIGN_MAX_REPORTS": DEFAULT_CAMPAIGN_MAX_REPORTS,
-    "RATELIMIT_REPORTS": "600 per minute",
-    "REPORT_BUDGET": DEFAULT_REPORT_BUDGET,
-    "RATELIMIT_AUTH_FAILURES": auth.DEFAULT_AUTH_FAILURE_LIMIT,
-    "RATELIMIT_ENABLED": True,
-    "RATELIMIT_HEADERS_ENABLED": True,
-    # A limiter counter that cannot be written (Redis at its memory limit) must not turn
-    # a health check or a read into a 503; failed sign-ins are counted separately, and
-    # fail closed (aggregator.http.auth).
-    "RATELIMIT_SWALLOW_ERRORS": True,
-    "CORS_ORIGINS": cors.DEFAULT_ORIGINS,
-    # Proxies in front of the app whose X-Forwarded-For/-Proto are trusted (0: none).
-    "TRUSTED_PROXIES": 0,
-    # None: the session cookie is Secure when the request came over HTTPS.
-    "SESSION_COOKIE_SECURE": None,
-    "ESTIMATE_MAX_WORK": DEFAULT_MAX_WORK,
-    "ESTIMATE_TIMEOUT_S": DEFAULT_TIMEOUT_S,
-}
+from aggregator.http.estimates import LIMITS_EXTENSION, EstimateLimits
+from aggregator.services import EXTENSION, SETTINGS_EXTENSION, StoreHandle
+from aggregator.settings import Settings
 
 
 def _limiter_storage(redis_url: str | None) -> str:
@@ -110,40 +69,44 @@ class _SessionInterface(SecureCookieSessionInterface):
         return super().open_session(app, request)
 
     def get_cookie_secure(self, app: flask.Flask) -> bool:
-        configured = app.config["SESSION_COOKIE_SECURE"]
+        configured = app.extensions[SETTINGS_EXTENSION].session_cookie_secure
         if configured is None:
             return flask.has_request_context() and flask.request.is_secure
         return bool(configured)
 
 
-def _check_settings(config: flask.Config) -> None:
-    """Refuse weak tokens and malformed settings before anything starts (ValueError)."""
-    auth.check_token_strength(config)
-    parse_memory_size(config["REDIS_MAXMEMORY"])
-    proxies = config["TRUSTED_PROXIES"]
-    if isinstance(proxies, bool) or not isinstance(proxies, int) or proxies < 0:
-        raise ValueError(f"LDP_TRUSTED_PROXIES must be a whole number >= 0, got {proxies!r}")
+def create_app(test_config: Settings | Mapping[str, Any] | None = None) -> flask.Flask:
+    """Build the aggregator app from ``test_config`` if given, else from the environment.
 
-
-def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
-    """Build the aggregator app; ``test_config`` replaces the environment when given."""
-    app = flask.Flask(__name__)
-    app.config.from_mapping(DEFAULTS)
-    if test_config is None:
-        app.config.from_prefixed_env("LDP")
+    ``test_config`` is a :class:`Settings` or a mapping of setting names (``REDIS_URL``,
+    ...) and Flask's own keys (``TESTING``, ...). A bad setting raises
+    :class:`aggregator.settings.SettingsError` before anything is built.
+    """
+    if isinstance(test_config, Settings):
+        settings = test_config
+    elif test_config is None:
+        settings = Settings.from_env(os.environ)
     else:
-        app.config.from_mapping(test_config)
-    _check_settings(app.config)
-    app.config.setdefault("RATELIMIT_STORAGE_URI", _limiter_storage(app.config["REDIS_URL"]))
+        settings = Settings.from_mapping(test_config)
+    app = flask.Flask(__name__)
+    if isinstance(test_config, Mapping):
+        app.config.from_mapping(test_config)  # Flask's own keys; the settings replace the rest
+    app.config.from_mapping(settings.to_config())
+    app.extensions[SETTINGS_EXTENSION] = settings
+    app.config["RATELIMIT_STORAGE_URI"] = settings.ratelimit_storage_uri or _limiter_storage(
+        settings.redis_url
+    )
     app.json.sort_keys = False
     app.session_interface = _SessionInterface()
-    proxies = app.config["TRUSTED_PROXIES"]
+    proxies = settings.trusted_proxies
     if proxies:
         # Client address (rate limits) and scheme (the Secure cookie) from the proxies' headers.
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=proxies, x_proto=proxies)  # type: ignore[method-assign]
 
-    app.extensions[EXTENSION] = StoreHandle(app.config)
-    app.extensions[LIMITS_EXTENSION] = EstimateLimits.from_config(app.config)
+    app.extensions[EXTENSION] = StoreHandle(settings)
+    app.extensions[LIMITS_EXTENSION] = EstimateLimits(
+        max_work=settings.estimate_max_work, timeout_s=settings.estimate_timeout_s
+    )
     register_error_handlers(app)
     cors.init_app(app)
     app.register_blueprint(routes.bp)

@@ -9,6 +9,7 @@ none, and every command says on standard error which store it opened.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -21,6 +22,7 @@ import redis
 
 from aggregator.http import estimates, export
 from aggregator.http.enrollment import new_token
+from aggregator.settings import Settings, SettingsError
 from aggregator.storage.redis_server import (
     DEFAULT_DATA_DIR,
     DEFAULT_FSYNC,
@@ -29,7 +31,6 @@ from aggregator.storage.redis_server import (
     DataDirLock,
     EmbeddedRedis,
     connect_url,
-    parse_memory_size,
 )
 from aggregator.storage.retention import DAY_S, trim_all
 from aggregator.storage.store import CLOSED, OPEN, CampaignStore
@@ -119,6 +120,36 @@ def _fail(error: Exception) -> click.ClickException:
     return click.ClickException(printable(getattr(error, "message", error)))
 
 
+class SettingsRefused(click.ClickException):
+    """A bad setting: ``Error: LDP_... must be ...`` and exit status 2, as for a bad option."""
+
+    exit_code = 2
+
+
+def read_settings(**options: Any) -> Settings:
+    """The server's settings: the environment's, with the options given (None: not given)."""
+    try:
+        settings = Settings.from_env(os.environ)
+        return settings.replace(**{k: v for k, v in options.items() if v is not None})
+    except SettingsError as exc:
+        raise SettingsRefused(str(exc)) from exc
+
+
+def _checked_setting(field_name: str) -> Any:
+    """An option's callback: check its value (from the command line or the environment)
+    as the setting ``field_name``, so that a bad one is refused naming its variable."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+        if value is None:
+            return None
+        try:
+            return Settings.value_from_text(field_name, value)
+        except SettingsError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+
+    return check
+
+
 class _Group(click.Group):
     """Turns the library's errors into ``Error: ...`` with exit status 1."""
 
@@ -146,8 +177,8 @@ class _Group(click.Group):
     envvar="LDP_REDIS_FSYNC",
     default=DEFAULT_FSYNC,
     show_default=True,
-    type=click.Choice(FSYNC_POLICIES),
-    help="The embedded Redis's appendfsync policy.",
+    callback=_checked_setting("redis_fsync"),
+    help=f"The embedded Redis's appendfsync policy: {', '.join(FSYNC_POLICIES)} [LDP_REDIS_FSYNC].",
 )
 @click.pass_context
 def main(ctx: click.Context, redis_url: str | None, data_dir: str, fsync: str) -> None:
@@ -177,55 +208,75 @@ def _use_data_dir(ctx: click.Context, param: click.Parameter, value: str | None)
     help=f"Directory of the embedded Redis, created if missing [LDP_DATA_DIR; default "
     f"{DEFAULT_DATA_DIR}]. Also accepted before 'serve'.",
 )
-@click.option("--host", envvar="LDP_HOST", default="127.0.0.1", show_default=True)
+@click.option("--host", help=f"Address to listen on [LDP_HOST; default {Settings.host}].")
 @click.option(
-    "--port", envvar="LDP_PORT", default=8000, show_default=True, type=click.IntRange(0, 65535)
+    "--port",
+    type=click.IntRange(0, 65535),
+    help=f"Port to listen on [LDP_PORT; default {Settings.port}].",
 )
 @click.option(
-    "--workers", envvar="LDP_WORKERS", default=2, show_default=True, type=click.IntRange(1, 64)
+    "--workers",
+    type=click.IntRange(1, 64),
+    help=f"gunicorn worker processes [LDP_WORKERS; default {Settings.workers}].",
 )
 @click.option(
     "--redis-maxmemory",
-    envvar="LDP_REDIS_MAXMEMORY",
     help="Memory limit of the embedded Redis: bytes or e.g. 512mb, 0 for none "
-    "[default: a quarter of the machine's memory].",
+    "[LDP_REDIS_MAXMEMORY; default: a quarter of the machine's memory].",
 )
 @click.pass_obj
 def serve(
-    opener: StoreOpener, host: str, port: int, workers: int, redis_maxmemory: str | None
+    opener: StoreOpener,
+    host: str | None,
+    port: int | None,
+    workers: int | None,
+    redis_maxmemory: str | None,
 ) -> None:
     """Serve the API with gunicorn workers sharing one Redis.
 
     Without --redis-url the embedded Redis is started in --data-dir and stopped
     when the server stops; one left running by a server that was killed is shut
     down first. One serve per --data-dir. Tokens come from LDP_ADMIN_TOKEN and
-    LDP_ANALYST_TOKEN (at least 32 characters unless LDP_ALLOW_WEAK_TOKENS=1).
+    LDP_ANALYST_TOKEN (at least 32 characters unless LDP_ALLOW_WEAK_TOKENS=1);
+    every other setting from its LDP_* variable (docs/aggregator.md). A bad
+    setting stops serve before it listens, with exit status 2.
     """
     from aggregator.app import create_app
     from aggregator.http.wsgi import run_gunicorn
 
-    try:
-        create_app()  # what every worker will build: refuses weak tokens, bad settings
-        parse_memory_size(redis_maxmemory)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from exc
+    settings = read_settings(
+        redis_url=opener.redis_url,
+        data_dir=opener.data_dir,
+        redis_fsync=opener.fsync,
+        host=host,
+        port=port,
+        workers=workers,
+        redis_maxmemory=redis_maxmemory,
+    )
+    create_app(settings)  # what every worker will build, built once before anything starts
     # The data directory is this server's only with the embedded Redis; with an external
     # one, servers may share a machine (and gunicorn's control socket stays off).
-    lock = None if opener.redis_url else DataDirLock(opener.data_dir)
+    lock = None if settings.redis_url else DataDirLock(settings.data_dir)
     try:
         if lock is not None:
             lock.acquire()
-        url = opener.url(maxmemory=redis_maxmemory, exclusive=True)
+        url = opener.url(maxmemory=settings.redis_maxmemory, exclusive=True)
     except DataDirBusy as exc:
         if lock is not None:
             lock.release()
         raise click.ClickException(str(exc)) from exc
     _warn_if_not_durable(url)
-    # The workers build their app from the environment; they inherit this one.
-    os.environ["LDP_REDIS_URL"] = url
+    # Every worker builds its app from these settings, with the URL of the Redis just opened.
+    app_factory = functools.partial(create_app, settings.replace(redis_url=url))
     control = str(lock.data_dir / CONTROL) if lock is not None else None
     try:
-        run_gunicorn(host=host, port=port, workers=workers, control_socket=control)
+        run_gunicorn(
+            host=settings.host,
+            port=settings.port,
+            workers=settings.workers,
+            app_factory=app_factory,
+            control_socket=control,
+        )
     finally:
         opener.close()  # Redis stops before the data directory is given up
         if lock is not None:

@@ -1,9 +1,14 @@
-"""The store handle kept in ``app.extensions``, reached through :func:`get_store`."""
+"""What an app keeps in ``app.extensions``: its settings and its store handle.
+
+Reached through :func:`current_settings`, :func:`get_store`, :func:`get_capacity`
+and :func:`get_channels`.
+"""
 
 from __future__ import annotations
 
 import atexit
 import threading
+from typing import TYPE_CHECKING
 
 import flask
 import redis
@@ -11,17 +16,20 @@ import redis
 from aggregator.http.estimates import ChannelCache
 from aggregator.storage.capacity import CapacityGuard
 from aggregator.storage.redis_server import EmbeddedRedis, connect_url
-from aggregator.storage.retention import retention_seconds
 from aggregator.storage.store import CampaignStore
 
+if TYPE_CHECKING:
+    from aggregator.settings import Settings
+
 EXTENSION = "ldp"
+SETTINGS_EXTENSION = "ldp_settings"
 
 
 class StoreHandle:
     """Opens the store on first use, once per process, and closes what it opened."""
 
-    def __init__(self, config: flask.Config) -> None:
-        self._config = config
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
         self._lock = threading.Lock()
         self._store: CampaignStore | None = None
         self._capacity: CapacityGuard | None = None
@@ -31,24 +39,25 @@ class StoreHandle:
     def get(self) -> CampaignStore:
         with self._lock:
             if self._store is None:
+                settings = self._settings
                 url, self.embedded = connect_url(
-                    self._config["REDIS_URL"],
-                    self._config["DATA_DIR"],
-                    self._config["REDIS_FSYNC"],
-                    maxmemory=self._config["REDIS_MAXMEMORY"],
+                    settings.redis_url,
+                    settings.data_dir,
+                    settings.redis_fsync,
+                    maxmemory=settings.redis_maxmemory,
                 )
                 if self.embedded is not None:
                     atexit.register(self.embedded.stop)
                 connection = redis.Redis.from_url(url, health_check_interval=30)
                 self._store = CampaignStore(
                     connection,
-                    report_id_ttl_s=self._config["REPORT_ID_TTL_S"],
-                    retention_s=retention_seconds(self._config.get("RETENTION_DAYS")),
+                    report_id_ttl_s=settings.report_id_ttl_s,
+                    retention_s=settings.retention_s,
                 )
                 self._capacity = CapacityGuard(
                     connection,
-                    high_water=float(self._config["STORAGE_HIGH_WATER"]),
-                    check_interval_s=float(self._config["STORAGE_CHECK_INTERVAL_S"]),
+                    high_water=settings.storage_high_water,
+                    check_interval_s=settings.storage_check_interval_s,
                 )
             return self._store
 
@@ -57,6 +66,11 @@ class StoreHandle:
         self.get()
         assert self._capacity is not None
         return self._capacity
+
+
+def current_settings() -> Settings:
+    """The current app's settings (read and checked once by the app factory)."""
+    return flask.current_app.extensions[SETTINGS_EXTENSION]
 
 
 def get_store() -> CampaignStore:

@@ -33,14 +33,10 @@ import flask
 
 from aggregator.http import auth
 from aggregator.http.errors import error_response
-from aggregator.services import get_store
+from aggregator.services import SETTINGS_EXTENSION, current_settings, get_store
 
 SESSION_KEY = "ldp:dashboard:session:{sid}"
-DEFAULT_SESSION_TTL_S = 8 * 3600
-COOKIE_NAME = "ldp_session"
 CSRF_FIELD = "csrf_token"
-# Tokens that may open a dashboard session (the admin token also grants the analyst role).
-_TOKEN_SETTINGS = ("ANALYST_TOKEN", "ADMIN_TOKEN")
 _DERIVATION_LABEL = b"ldp-dashboard-session-key"
 
 F = TypeVar("F", bound=Callable)
@@ -49,23 +45,16 @@ F = TypeVar("F", bound=Callable)
 def configure(app: flask.Flask) -> None:
     """Give the app what the dashboard's cookie needs, keeping what the operator set."""
     config = app.config
-    if isinstance(config.get("SECRET_KEY"), (int, float)):
-        # from_prefixed_env parses values as JSON: an all-digit key arrives as a number.
-        config["SECRET_KEY"] = str(config["SECRET_KEY"])
     if not config.get("SECRET_KEY"):
-        tokens = [str(config.get(name) or "") for name in _TOKEN_SETTINGS]
+        settings = app.extensions[SETTINGS_EXTENSION]
+        tokens = [settings.analyst_token or "", settings.admin_token or ""]
         if any(tokens):
             material = "\0".join(tokens).encode()
             config["SECRET_KEY"] = hmac.new(material, _DERIVATION_LABEL, hashlib.sha256).hexdigest()
         else:
             # No token, no sign-in: the key signs nothing of value.
             config["SECRET_KEY"] = secrets.token_hex(32)
-    if config.get("SESSION_COOKIE_NAME") in (None, "session"):
-        config["SESSION_COOKIE_NAME"] = COOKIE_NAME
-    if not config.get("SESSION_COOKIE_SAMESITE"):
-        config["SESSION_COOKIE_SAMESITE"] = "Lax"
     config["SESSION_COOKIE_HTTPONLY"] = True
-    config.setdefault("DASHBOARD_SESSION_TTL_S", DEFAULT_SESSION_TTL_S)
 
 
 def _fingerprint(token: str) -> str:
@@ -74,9 +63,9 @@ def _fingerprint(token: str) -> str:
 
 
 def _configured_tokens() -> list[str]:
-    config = flask.current_app.config
-    # from_prefixed_env parses values as JSON, so a numeric token arrives as an int.
-    return [str(config[name]) for name in _TOKEN_SETTINGS if config.get(name) not in (None, "")]
+    """The tokens that may open a dashboard session (the admin token grants the analyst role)."""
+    settings = current_settings()
+    return [token for token in (settings.analyst_token, settings.admin_token) if token]
 
 
 def token_is_valid(token: str) -> bool:
@@ -109,7 +98,7 @@ def sign_in(token: str) -> bool:
         auth.record_failure()
         return False
     sid = secrets.token_urlsafe(32)
-    ttl = int(flask.current_app.config["DASHBOARD_SESSION_TTL_S"])
+    ttl = current_settings().dashboard_session_ttl_s
     get_store().connection.set(SESSION_KEY.format(sid=sid), _fingerprint(token), ex=ttl)
     flask.session.clear()
     flask.session["sid"] = sid

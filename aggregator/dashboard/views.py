@@ -20,12 +20,11 @@ from aggregator.estimation import METHODS
 from aggregator.http import estimates, export
 from aggregator.http.errors import APIError
 from aggregator.http.routes import bounded_estimate, load_campaign
-from aggregator.services import get_store
+from aggregator.services import current_settings, get_store
 from aggregator.storage.store import Campaign, CampaignNotFound
 from shared.errors import ValidationError
 from shared.spec import PLANAR_LAPLACE
 
-DEFAULT_REFRESH_S = 5
 # plotly's styles are injected at run time, hence 'unsafe-inline' for styles only.
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -46,7 +45,6 @@ bp = flask.Blueprint(
 @bp.record_once
 def _configure(state: flask.blueprints.BlueprintSetupState) -> None:
     sessions.configure(state.app)
-    state.app.config.setdefault("DASHBOARD_REFRESH_S", DEFAULT_REFRESH_S)
 
 
 @bp.context_processor
@@ -152,7 +150,7 @@ def campaign_page(campaign_id: str) -> Any:
         domain_size=None if planar else len(spec.domain or ()),
         methods=[(m, data.METHOD_NAMES.get(m, m)) for m in METHODS],
         default_method=estimates.DEFAULT_METHOD,
-        refresh_s=flask.current_app.config["DASHBOARD_REFRESH_S"],
+        refresh_s=current_settings().dashboard_refresh_s,
     )
 
 

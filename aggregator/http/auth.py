@@ -82,7 +82,6 @@ def bearer_token() -> str | None:
 def _matches(given: str, configured: object) -> bool:
     if configured is None or configured == "":
         return False
-    # from_prefixed_env parses values as JSON, so a numeric token arrives as an int.
     return hmac.compare_digest(given.encode(), str(configured).encode())
 
 

@@ -16,6 +16,8 @@ from collections.abc import Collection
 
 import flask
 
+from aggregator.services import current_settings
+
 DEFAULT_ORIGINS = "*"
 # URL rule -> the methods another origin may use on it.
 PUBLIC_RULES: dict[str, frozenset[str]] = {
@@ -48,7 +50,7 @@ def add_cors_headers(response: flask.Response) -> flask.Response:
     methods = PUBLIC_RULES.get(rule) if rule is not None else None
     if origin is None or methods is None:
         return response
-    allow = _allowed_origin(origin, flask.current_app.config.get("CORS_ORIGINS"))
+    allow = _allowed_origin(origin, current_settings().cors_origins)
     if allow is None:
         return response
     if allow != "*":
@@ -69,5 +71,4 @@ def add_cors_headers(response: flask.Response) -> flask.Response:
 
 
 def init_app(app: flask.Flask) -> None:
-    app.config.setdefault("CORS_ORIGINS", DEFAULT_ORIGINS)
     app.after_request(add_cors_headers)

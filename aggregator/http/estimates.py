@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import flask
@@ -195,11 +195,6 @@ class EstimateLimits:
     def retry_after_s(self) -> int:
         """Seconds a client should wait before asking again for an estimate that timed out."""
         return max(1, math.ceil(self.timeout_s or DEFAULT_TIMEOUT_S))
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> EstimateLimits:
-        """The limits of an app's settings ``ESTIMATE_MAX_WORK`` and ``ESTIMATE_TIMEOUT_S``."""
-        return cls(max_work=config["ESTIMATE_MAX_WORK"], timeout_s=config["ESTIMATE_TIMEOUT_S"])
 
 
 def current_limits() -> EstimateLimits:

@@ -15,7 +15,7 @@ from aggregator.http import estimates, export
 from aggregator.http.auth import ADMIN, ANALYST, require
 from aggregator.http.errors import APIError
 from aggregator.http.reports import parse_submission
-from aggregator.services import get_capacity, get_channels, get_store
+from aggregator.services import current_settings, get_capacity, get_channels, get_store
 from aggregator.storage.store import (
     STATUSES,
     Campaign,
@@ -177,7 +177,8 @@ def submit_reports(campaign_id: str) -> flask.Response:
     body = json_body()
     rate_limit, report_budget = _report_limits()
     capacity = get_capacity()
-    max_reports = int(flask.current_app.config["CAMPAIGN_MAX_REPORTS"] or 0)
+    settings = current_settings()
+    max_reports = settings.campaign_max_reports
     for attempt in (1, 2):
         enrollment_required = campaign.spec.enrollment_required
         try:
@@ -185,7 +186,7 @@ def submit_reports(campaign_id: str) -> flask.Response:
                 body,
                 campaign.mechanism,
                 campaign.spec_hash,
-                max_batch=flask.current_app.config["MAX_BATCH"],
+                max_batch=settings.max_batch,
                 enrollment_required=enrollment_required,
             )
             capacity.check_reports(campaign_id, len(reports))

@@ -1,7 +1,8 @@
 """Running the app under gunicorn, in-process (used by ``ldp-aggregator serve``).
 
-Each worker builds its own app with :func:`aggregator.app.create_app` from
-the environment, after the fork and after gevent has patched the worker, so no
+Each worker builds its own app with the factory it is given (``serve`` gives
+:func:`aggregator.app.create_app` bound to the server's settings, which name the
+Redis it opened), after the fork and after gevent has patched the worker, so no
 connection or lock is shared across processes and every one the app creates is
 cooperative.
 
@@ -21,8 +22,6 @@ from collections.abc import Callable
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
-
-from aggregator.app import create_app
 
 # The master kills a worker whose loop has not checked in for this long. Estimates run off
 # the loop (aggregator.http.estimates.off_loop), so even long ones do not stop its check-ins.
@@ -109,7 +108,7 @@ def run_gunicorn(
     host: str,
     port: int,
     workers: int,
-    app_factory: Callable[[], Any] = create_app,
+    app_factory: Callable[[], Any],
     control_socket: str | None = None,
 ) -> None:
     """Serve ``app_factory()`` (built in each worker) until interrupted."""

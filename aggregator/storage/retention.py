@@ -1,6 +1,7 @@
 """Retention of raw reports: stream entries expire, counts stay.
 
-With ``RETENTION_DAYS`` (``LDP_RETENTION_DAYS``) set, every ingest trims the
+With ``RETENTION_DAYS`` (``LDP_RETENTION_DAYS``, read by
+:class:`aggregator.settings.Settings`) set, every ingest trims the
 campaign's report stream of entries older than that, in the same atomic
 script that appends the new ones. A campaign that receives no more reports
 keeps its old entries until :func:`trim_all` runs: from cron, as
@@ -15,29 +16,11 @@ kept, records addresses and paths but never report bodies.)
 
 from __future__ import annotations
 
-import math
 import time
-from typing import Any
 
 from aggregator.storage.store import CampaignStore
 
 DAY_S = 86_400
-
-
-def retention_seconds(days: Any) -> float | None:
-    """Seconds to keep raw reports from a ``RETENTION_DAYS`` setting; None/0/"" keep them all."""
-    if isinstance(days, bool):
-        raise ValueError(f"RETENTION_DAYS must be a number of days, got {days!r}")
-    if days is None or days == "" or days == 0:
-        return None
-    if not isinstance(days, (int, float)):
-        try:
-            days = float(days)
-        except (TypeError, ValueError):
-            raise ValueError(f"RETENTION_DAYS must be a number of days, got {days!r}") from None
-    if not (math.isfinite(days) and days > 0):
-        raise ValueError(f"RETENTION_DAYS must be a positive number of days, got {days!r}")
-    return float(days) * DAY_S
 
 
 def trim_all(store: CampaignStore, retention_s: float, *, now: float | None = None) -> dict:

@@ -215,8 +215,8 @@ def test_the_report_budget_counts_reports_per_address(client, admin, krr_campaig
     assert refusals["report_budget_exceeded"] == {"submissions": 2, "reports": 4}
 
 
-def test_a_campaign_quota_caps_its_reports(client, admin, krr_campaign, app):
-    app.config["CAMPAIGN_MAX_REPORTS"] = 5
+def test_a_campaign_quota_caps_its_reports(config, admin, krr_campaign):
+    client = create_app({**config, "CAMPAIGN_MAX_REPORTS": 5}).test_client()
     ids = [new_id() for _ in range(3)]
     assert client.post(REPORTS, json=batch(3, ids)).get_json()["accepted"] == 3
     refused = client.post(REPORTS, json=batch(3))

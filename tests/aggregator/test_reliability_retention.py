@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
 import redis
 from aggregator_testdata import KRR_SPEC, new_id
 
 from aggregator.app import create_app
-from aggregator.storage.retention import DAY_S, retention_seconds, trim_all
+from aggregator.storage.retention import DAY_S, trim_all
 from aggregator.storage.store import CampaignStore, StoredReport
 from shared.spec import CampaignSpec
 
@@ -46,20 +45,6 @@ def test_trim_all_reaches_campaigns_without_new_reports(redis_url):
     assert trim_all(store, 1.0, now=4_000_000_000.0) == {"fruit": 6}
     assert store.connection.xlen(CampaignStore.STREAM_KEY.format(id="fruit")) == 0
     assert sum(store.counts("fruit").values()) == 6
-
-
-@pytest.mark.parametrize(
-    ("setting", "seconds"),
-    [(None, None), ("", None), (0, None), (30, 30 * DAY_S), ("1.5", 1.5 * DAY_S)],
-)
-def test_retention_setting(setting, seconds):
-    assert retention_seconds(setting) == seconds
-
-
-@pytest.mark.parametrize("setting", [-1, "soon", float("nan"), True])
-def test_bad_retention_settings_are_refused(setting):
-    with pytest.raises(ValueError, match="RETENTION_DAYS"):
-        retention_seconds(setting)
 
 
 def test_the_app_applies_the_setting(config, admin):
