@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import subprocess
 import sys
@@ -19,6 +20,15 @@ from aggregator.settings import DAY_S, Settings, SettingsError, setting_rows
 from aggregator.storage.redis_server import parse_memory_size
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _render_settings_script():
+    spec = importlib.util.spec_from_file_location(
+        "render_settings", ROOT / "scripts" / "render_settings.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_the_defaults_are_valid_settings():
@@ -233,3 +243,20 @@ def test_every_setting_has_a_variable_a_type_and_a_description():
         assert row["env"] == "LDP_" + row["name"].upper()
         assert row["type"] and row["description"]
     assert "LDP_RETENTION_DAYS" in {row["env"] for row in rows}
+
+
+def test_the_settings_table_in_the_docs_is_the_rendered_one():
+    script = _render_settings_script()
+    doc = (ROOT / "docs" / "aggregator.md").read_text(encoding="utf-8")
+    assert script.doc_table(doc) == script.render_table()
+    assert "| `RETENTION_DAYS` | `LDP_RETENTION_DAYS` |" in script.render_table()
+
+
+def test_the_render_script_rewrites_a_stale_table(tmp_path):
+    script = _render_settings_script()
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"# Doc\n\n{script.START}\n| stale |\n{script.END}\n\nafter\n")
+    assert script.main(["--check", "--doc", str(doc)]) == 1
+    assert script.main(["--doc", str(doc)]) == 0
+    assert script.main(["--check", "--doc", str(doc)]) == 0
+    assert doc.read_text().endswith(f"{script.END}\n\nafter\n")
