@@ -47,6 +47,7 @@ ENV_PREFIX = "LDP_"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 _UNSET = frozenset({"", "null"})
+REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
 # A rate limit as the limiters read it: "600 per minute", "10/hour", "5 per 2 minutes".
 _RATE_LIMIT = re.compile(
     r"\s*([0-9]+)\s*(?:/|per)\s*([0-9]+\s+)?(second|minute|hour|day|month|year)s?\s*",
@@ -63,7 +64,7 @@ class SettingsError(ValueError):
 
 
 class _Bad(ValueError):
-    """A converter's refusal: what the value must be (the caller names the setting)."""
+    """A converter's refusal; the caller names the setting and what its value must be."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +86,7 @@ class Kind:
         if value is None or (self.optional and isinstance(value, str) and value in _UNSET):
             if self.optional:
                 return None
-            raise _Bad(self.requirement)
+            raise _Bad
         return self.convert(value)
 
     def from_text(self, text: str) -> Any:
@@ -108,13 +109,13 @@ def _unquote(text: str) -> str:
 
 def _text(value: Any) -> str:
     if not isinstance(value, str):
-        raise _Bad("")
+        raise _Bad
     return value
 
 
 def _non_empty_text(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise _Bad("")
+        raise _Bad
     return value
 
 
@@ -125,7 +126,7 @@ def _flag(value: Any) -> bool:
         return bool(value)
     if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
         return value.strip().lower() in _TRUE
-    raise _Bad("")
+    raise _Bad
 
 
 def _whole(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
@@ -134,11 +135,11 @@ def _whole(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
             try:
                 value = int(value.strip())
             except ValueError:
-                raise _Bad("") from None
+                raise _Bad from None
         if isinstance(value, bool) or not isinstance(value, int):
-            raise _Bad("")
+            raise _Bad
         if value < minimum or (maximum is not None and value > maximum):
-            raise _Bad("")
+            raise _Bad
         return value
 
     return convert
@@ -152,14 +153,14 @@ def _number(minimum: float, *, above: bool, maximum: float | None = None) -> Cal
             try:
                 value = float(value.strip())
             except ValueError:
-                raise _Bad("") from None
+                raise _Bad from None
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _Bad("")
+            raise _Bad
         value = float(value)
         if not math.isfinite(value) or value < minimum or (above and value == minimum):
-            raise _Bad("")
+            raise _Bad
         if maximum is not None and value > maximum:
-            raise _Bad("")
+            raise _Bad
         return value
 
     return convert
@@ -168,7 +169,7 @@ def _number(minimum: float, *, above: bool, maximum: float | None = None) -> Cal
 def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
     def convert(value: Any) -> str:
         if value not in options:
-            raise _Bad("")
+            raise _Bad
         return value
 
     return convert
@@ -178,15 +179,20 @@ def _memory_size(value: Any) -> int | None:
     try:
         return parse_memory_size(value.strip() if isinstance(value, str) else value)
     except ValueError:
-        raise _Bad("") from None
+        raise _Bad from None
 
 
 def _rate_limit(value: Any) -> str:
-    if not isinstance(value, str) or _RATE_LIMIT.fullmatch(value) is None:
-        raise _Bad("")
-    if int(_RATE_LIMIT.fullmatch(value).group(1)) < 1:
-        raise _Bad("")
+    match = _RATE_LIMIT.fullmatch(value) if isinstance(value, str) else None
+    if match is None or int(match.group(1)) < 1:
+        raise _Bad
     return value.strip()
+
+
+def _redis_url(value: Any) -> str:
+    if not isinstance(value, str) or not value.startswith(REDIS_URL_SCHEMES):
+        raise _Bad
+    return value
 
 
 def _origins(value: Any) -> str | tuple[str, ...]:
@@ -198,14 +204,14 @@ def _origins(value: Any) -> str | tuple[str, ...]:
             try:
                 value = json.loads(value)
             except ValueError:
-                raise _Bad("") from None
+                raise _Bad from None
         else:
             value = [value]
     if isinstance(value, list | tuple) and all(
         isinstance(origin, str) and origin.strip() and origin != "*" for origin in value
     ):
         return tuple(origin.strip() for origin in value)
-    raise _Bad("")
+    raise _Bad
 
 
 def _retention_days(value: Any) -> float | None:
@@ -260,7 +266,12 @@ class Settings:
         "`admin-secret`, ...): development only",
     )
     redis_url: str | None = setting(
-        OPTIONAL_TEXT,
+        Kind(
+            "URL or unset",
+            "a redis://, rediss:// or unix:// URL, or unset",
+            _redis_url,
+            optional=True,
+        ),
         None,
         "`redis://`, `rediss://` or `unix://` URL of an external Redis (unset: the embedded one)",
     )

@@ -102,6 +102,7 @@ def test_values_from_the_environment_get_their_types():
         ("LDP_PORT", "70000"),
         ("LDP_WORKERS", "0"),
         ("LDP_DATA_DIR", ""),
+        ("LDP_REDIS_URL", "localhost:6379"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_variable_and_the_value(variable, value):
