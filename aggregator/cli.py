@@ -387,19 +387,23 @@ def campaign_open(opener: StoreOpener, campaign_id: str) -> None:
 @click.option("--all", "show_all", is_flag=True, help="Show every output (cells by share).")
 @click.option(
     "--max-work",
-    type=click.IntRange(min=1),
+    metavar="N",
     envvar="LDP_ESTIMATE_MAX_WORK",
-    default=estimates.DEFAULT_MAX_WORK,
+    default=str(Settings.estimate_max_work),
     show_default=True,
-    help="Work cap of the estimate (cells x iterations x replicates), as the server's.",
+    callback=_checked_setting("estimate_max_work"),
+    help="Work cap of the estimate (cells x iterations x replicates), as the server's "
+    "[LDP_ESTIMATE_MAX_WORK; null: none].",
 )
 @click.option(
     "--timeout-s",
-    type=click.FloatRange(min=0, min_open=True),
+    metavar="S",
     envvar="LDP_ESTIMATE_TIMEOUT_S",
-    default=estimates.DEFAULT_TIMEOUT_S,
+    default=str(Settings.estimate_timeout_s),
     show_default=True,
-    help="Time limit of the estimate in seconds, as the server's.",
+    callback=_checked_setting("estimate_timeout_s"),
+    help="Time limit of the estimate in seconds, as the server's "
+    "[LDP_ESTIMATE_TIMEOUT_S; null: none].",
 )
 @click.option("--no-limits", is_flag=True, help="Compute however long the estimate takes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")
@@ -411,8 +415,8 @@ def estimate_command(
     confidence: str,
     top: int | None,
     show_all: bool,
-    max_work: int,
-    timeout_s: float,
+    max_work: int | None,
+    timeout_s: float | None,
     no_limits: bool,
     as_json: bool,
 ) -> None:

@@ -229,6 +229,21 @@ def test_serve_hands_its_redis_url_to_the_workers_in_the_settings(runner, tmp_pa
     assert settings.admin_token == ADMIN_TOKEN
 
 
+def test_the_cli_estimate_reads_its_limits_as_the_server_does(
+    runner, redis_url, krr_campaign, monkeypatch
+):
+    args = ["--redis-url", redis_url, "estimate", "fruit", "--json"]
+    monkeypatch.setenv("LDP_ESTIMATE_MAX_WORK", "null")  # no cap, as on the server
+    uncapped = runner.invoke(main, args)
+    assert uncapped.exit_code == 0, uncapped.output
+    monkeypatch.setenv("LDP_ESTIMATE_TIMEOUT_S", "soon")
+    refused = runner.invoke(main, args)
+    assert refused.exit_code == 2
+    assert "LDP_ESTIMATE_TIMEOUT_S must be a finite number of seconds > 0 or null, got 'soon'" in (
+        refused.stderr
+    )
+
+
 def test_every_setting_has_a_variable_a_type_and_a_description():
     rows = setting_rows()
     assert len(rows) == len(dataclasses.fields(Settings))
