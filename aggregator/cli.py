@@ -162,7 +162,12 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="ldp-collect", prog_name="ldp-aggregator")
-@click.option("--redis-url", envvar="LDP_REDIS_URL", help="External Redis (default: embedded).")
+@click.option(
+    "--redis-url",
+    envvar="LDP_REDIS_URL",
+    callback=_checked_setting("redis_url"),
+    help="External Redis: redis://, rediss:// or unix:// URL [LDP_REDIS_URL; default: embedded].",
+)
 @click.option(
     "--data-dir",
     envvar="LDP_DATA_DIR",

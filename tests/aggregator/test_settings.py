@@ -244,6 +244,13 @@ def test_the_cli_estimate_reads_its_limits_as_the_server_does(
     )
 
 
+def test_the_admin_commands_check_the_store_settings_they_read(runner, monkeypatch):
+    monkeypatch.setenv("LDP_REDIS_URL", "localhost:6379")
+    refused = runner.invoke(main, ["campaign", "list"])
+    assert refused.exit_code == 2
+    assert "LDP_REDIS_URL must be a redis://, rediss:// or unix:// URL" in refused.stderr
+
+
 def test_every_setting_has_a_variable_a_type_and_a_description():
     rows = setting_rows()
     assert len(rows) == len(dataclasses.fields(Settings))
