@@ -1,4 +1,9 @@
-"""``ldp-simulate``: simulate a collection before launching it, in-process or end to end."""
+"""``ldp-simulate``: simulate a collection before launching it.
+
+Subcommands: ``run`` (in-process sweep of epsilons, sizes and estimators),
+``via`` (end to end through the real client against a server) and
+``reproduce`` (planar Laplace versus k-RR on real check-ins).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import math
 import re
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -16,6 +22,7 @@ from shared.errors import LDPError
 from shared.geo import Grid, Region
 from shared.spec import KRR, PLANAR_LAPLACE, RR, CampaignSpec
 from simulate.populations import Population, cell_labels
+from simulate.reproduce import format_reproduction, reproduce_gowalla
 from simulate.runner import ALL_METHODS, ResultRow, simulate
 from simulate.via import (
     DEFAULT_DEADLINE_S,
@@ -63,12 +70,31 @@ def parse_n(text: str) -> int:
     return int(value)
 
 
+def parse_method(text: str) -> str:
+    """One of the estimation methods (:data:`simulate.runner.ALL_METHODS`)."""
+    method = text.strip()
+    if method not in ALL_METHODS:
+        raise click.BadParameter(f"{method!r}; choose among {', '.join(ALL_METHODS)}")
+    return method
+
+
+class Parsed(click.ParamType):
+    """One value, converted by a ``parse_...`` function of this module."""
+
+    def __init__(self, name: str, parse: Callable[[str], Any]) -> None:
+        self.name = name
+        self.parse = parse
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        return value if not isinstance(value, str) else self.parse(value)
+
+
 class CommaList(click.ParamType):
     """Comma-separated values (an option may also be repeated)."""
 
     name = "list"
 
-    def __init__(self, item):
+    def __init__(self, item: Callable[[str], Any]) -> None:
         self.item = item
 
     def convert(self, value: Any, param: Any, ctx: Any) -> list:
@@ -107,67 +133,161 @@ class _Command(click.Command):
             raise click.ClickException(str(getattr(exc, "message", exc))) from exc
 
 
+class _Group(click.Group):
+    """The subcommands; an option given before the subcommand gets a hint where it belongs."""
+
+    command_class = _Command
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            exc.message += (
+                " Options follow the subcommand: 'ldp-simulate run [OPTIONS]' (in-process) or "
+                "'ldp-simulate via --server URL [OPTIONS]' (end to end)."
+            )
+            raise
+
+
+def _options(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """One decorator that applies ``decorators`` as if they were written above a function."""
+
+    def apply(function: Any) -> Any:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
 def _flatten(values: tuple[list, ...]) -> list:
     return [item for value in values for item in value]
 
 
-@click.command(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="ldp-collect", prog_name="ldp-simulate")
-@click.option(
-    "--population",
-    "kind",
-    type=click.Choice(CATEGORICAL + LOCATION),
-    default="zipf",
-    show_default=True,
-    help="Where the users' true values come from.",
+_version = click.version_option(package_name="ldp-collect", prog_name="ldp-simulate")
+_json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON instead of a table."
 )
-@click.option(
-    "-k",
-    "--k",
-    type=click.IntRange(2),
-    default=10,
-    show_default=True,
-    help="Categories (uniform, zipf).",
+
+
+def _repeats_option(default: int, help_text: str) -> Callable[[Any], Any]:
+    return click.option(
+        "--repeats", type=click.IntRange(1), default=default, show_default=True, help=help_text
+    )
+
+
+def _ibu_iterations_option(default: int | None, help_text: str) -> Callable[[Any], Any]:
+    return click.option(
+        "--ibu-iterations",
+        type=click.IntRange(1),
+        default=default,
+        show_default=default is not None,
+        help=help_text,
+    )
+
+
+def _plot_option(help_text: str) -> Callable[[Any], Any]:
+    return click.option("--plot", "plot_dir", type=click.Path(file_okay=False), help=help_text)
+
+
+_population_options = _options(
+    click.option(
+        "--population",
+        "kind",
+        type=click.Choice(CATEGORICAL + LOCATION),
+        default="zipf",
+        show_default=True,
+        help="Where the users' true values come from.",
+    ),
+    click.option(
+        "-k",
+        "--k",
+        type=click.IntRange(2),
+        default=10,
+        show_default=True,
+        help="Categories (uniform, zipf).",
+    ),
+    click.option(
+        "--zipf-s", type=click.FloatRange(0), default=1.1, show_default=True, help="Zipf exponent."
+    ),
+    click.option("--weights", help="Explicit weights, e.g. 0.5,0.3,0.2 (population weights)."),
+    click.option("--labels", help="Category labels, comma-separated (default v0, v1, ...)."),
+    click.option(
+        "--csv",
+        "csv_path",
+        type=click.Path(dir_okay=False),
+        help="CSV file (csv-column, csv-points).",
+    ),
+    click.option("--column", help="The CSV column of categories (csv-column)."),
+    click.option(
+        "--region",
+        help="lat_min,lat_max,lon_min,lon_max (locations; csv-points default: the points' "
+        "bounding box).",
+    ),
+    click.option(
+        "--cell-size-m",
+        type=click.FloatRange(1),
+        default=100.0,
+        show_default=True,
+        help="Report grid cell size (locations).",
+    ),
+    click.option(
+        "--hotspots",
+        type=click.IntRange(1),
+        default=8,
+        show_default=True,
+        help="Hotspots of the synthetic city.",
+    ),
+    click.option(
+        "--mechanism",
+        type=click.Choice((KRR, RR, PLANAR_LAPLACE)),
+        help="Default: planar_laplace for locations, krr for categories. krr on a location "
+        "population uses the grid cells as its domain.",
+    ),
+    click.option(
+        "--spec",
+        "spec_file",
+        type=click.File("r", encoding="utf-8"),
+        help="A campaign spec (JSON) to simulate; --epsilon overrides its epsilon.",
+    ),
 )
-@click.option(
-    "--zipf-s", type=click.FloatRange(0), default=1.1, show_default=True, help="Zipf exponent."
+
+_output_options = _options(
+    click.option(
+        "-m",
+        "--method",
+        "methods",
+        type=CommaList(parse_method),
+        multiple=True,
+        help=f"Methods, among {', '.join(ALL_METHODS)} [default: all].",
+    ),
+    click.option(
+        "--seed",
+        type=int,
+        default=0,
+        show_default=True,
+        help="Seed of the population and the noise.",
+    ),
+    _json_option,
+    click.option(
+        "--progress/--no-progress", default=None, help="Progress bars (default: on a terminal)."
+    ),
 )
-@click.option("--weights", help="Explicit weights, e.g. 0.5,0.3,0.2 (population weights).")
-@click.option("--labels", help="Category labels, comma-separated (default v0, v1, ...).")
-@click.option(
-    "--csv", "csv_path", type=click.Path(dir_okay=False), help="CSV file (csv-column, csv-points)."
+
+
+@click.group(
+    cls=_Group, name="ldp-simulate", context_settings={"help_option_names": ["-h", "--help"]}
 )
-@click.option("--column", help="The CSV column of categories (csv-column).")
-@click.option(
-    "--region",
-    help="lat_min,lat_max,lon_min,lon_max (locations; csv-points default: the points' bounding box).",
-)
-@click.option(
-    "--cell-size-m",
-    type=click.FloatRange(1),
-    default=100.0,
-    show_default=True,
-    help="Report grid cell size (locations).",
-)
-@click.option(
-    "--hotspots",
-    type=click.IntRange(1),
-    default=8,
-    show_default=True,
-    help="Hotspots of the synthetic city.",
-)
-@click.option(
-    "--mechanism",
-    type=click.Choice((KRR, RR, PLANAR_LAPLACE)),
-    help="Default: planar_laplace for locations, krr for categories. krr on a location "
-    "population uses the grid cells as its domain.",
-)
-@click.option(
-    "--spec",
-    "spec_file",
-    type=click.File("r", encoding="utf-8"),
-    help="A campaign spec (JSON) to simulate; --epsilon overrides its epsilon.",
-)
+@_version
+def main() -> None:
+    """Simulate a local-DP collection before launching it, in-process or end to end.
+
+    Each subcommand has its own options: ldp-simulate SUBCOMMAND -h.
+    """
+
+
+@main.command()
+@_population_options
 @click.option(
     "-e",
     "--epsilon",
@@ -184,95 +304,31 @@ def _flatten(values: tuple[list, ...]) -> list:
     multiple=True,
     help=f"Numbers of users to sweep, e.g. 1e3,1e5 [default: {DEFAULT_NS}; a data set: every row once].",
 )
-@click.option(
-    "-m",
-    "--method",
-    "methods",
-    type=CommaList(str),
-    multiple=True,
-    help=f"Methods, among {', '.join(ALL_METHODS)} [default: all].",
+@_output_options
+@_repeats_option(1, "Runs per configuration; the table shows means.")
+@_ibu_iterations_option(
+    None, "Fixed IBU iterations (default: cross-validated, as the server does)."
 )
-@click.option(
-    "--repeats",
-    type=click.IntRange(1),
-    default=1,
-    show_default=True,
-    help="Runs per configuration; the table shows means.",
-)
-@click.option(
-    "--ibu-iterations",
-    type=click.IntRange(1),
-    help="Fixed IBU iterations (default: cross-validated, as the server does).",
-)
-@click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seed of the population and the noise."
-)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option(
-    "--plot",
-    "plot_dir",
-    type=click.Path(file_okay=False),
-    help="Write PNG figures into this directory.",
-)
-@click.option(
-    "--progress/--no-progress", default=None, help="Progress bars (default: on a terminal)."
-)
-@click.option("--via", "via_url", help="End to end: drive the real client against this aggregator.")
-@click.option(
-    "--campaign",
-    "campaign_id",
-    help="With --via: the campaign to use or create (default: a new sim-... id).",
-)
-@click.option("--admin-token", envvar="LDP_ADMIN_TOKEN", help="With --via: to create the campaign.")
-@click.option(
-    "--analyst-token", envvar="LDP_ANALYST_TOKEN", help="With --via: to fetch counts and estimates."
-)
-@click.option(
-    "--workers",
-    type=click.IntRange(1, 256),
-    default=DEFAULT_WORKERS,
-    show_default=True,
-    help="With --via: users reporting at once.",
-)
-@click.option(
-    "--deadline",
-    type=click.FloatRange(0, min_open=True),
-    default=DEFAULT_DEADLINE_S,
-    show_default=True,
-    help="With --via: seconds to keep retrying reports the server defers.",
-)
-def main(**options: Any) -> None:
-    """Simulate a local-DP collection: accuracy of every estimator for each epsilon and n.
+@_plot_option("Write PNG figures into this directory.")
+@_version
+def run(**options: Any) -> None:
+    """In-process: the accuracy of every estimator for each epsilon and n.
 
-    In-process (default), users are drawn from the population, perturbed with
-    the campaign's mechanism (vectorised) and every method estimates the
-    distribution; the table gives total variation, MSE, max absolute error,
-    KL where defined, and for locations the earth mover's distance in metres.
-
-    With --via URL, each simulated user reports through the real client
-    library to a running aggregator, whose estimates are then scored.
+    Users are drawn from the population, perturbed with the campaign's
+    mechanism (vectorised) and every method estimates the distribution; the
+    table gives total variation, MSE, max absolute error, KL where defined,
+    and for locations the earth mover's distance in metres.
 
     \b
     Examples:
-      ldp-simulate --population zipf -k 20 -e 0.5,1,2,4 -n 1e3,1e5
-      ldp-simulate --population city --region 37.77,37.80,-122.43,-122.39 \\
+      ldp-simulate run --population zipf -k 20 -e 0.5,1,2,4 -n 1e3,1e5
+      ldp-simulate run --population city --region 37.77,37.80,-122.43,-122.39 \\
           --cell-size-m 150 -e "ln(2)/100" -n 1e4 --plot figures/
-      ldp-simulate --population zipf -k 5 -n 300 -e 1 --via http://127.0.0.1:8000
     """
-    epsilons = _flatten(options["epsilons"])
-    ns = _flatten(options["ns"])
-    methods = _flatten(options["methods"]) or list(ALL_METHODS)
-    unknown = sorted(set(methods) - set(ALL_METHODS))
-    if unknown:
-        raise click.BadParameter(
-            f"{unknown[0]!r}; choose among {', '.join(ALL_METHODS)}", param_hint="--method"
-        )
-    template = _template(options)
-    if options["via_url"]:
-        _run_via(options, template, epsilons, ns, methods)
-        return
+    template = _spec_template(options["spec_file"])
     population = _population(options, template)
-    specs = _specs(options, template, population, epsilons)
+    specs = _specs(options, template, population, _flatten(options["epsilons"]))
+    ns = _flatten(options["ns"])
     run_ns = ns or (
         [None] if population.rows is not None else [parse_n(x) for x in DEFAULT_NS.split(",")]
     )
@@ -280,7 +336,7 @@ def main(**options: Any) -> None:
         population,
         specs,
         run_ns,
-        methods=methods,
+        methods=_flatten(options["methods"]) or list(ALL_METHODS),
         repeats=options["repeats"],
         seed=options["seed"],
         ibu_iterations=options["ibu_iterations"],
@@ -304,30 +360,178 @@ def main(**options: Any) -> None:
         click.echo(f"wrote {path}", err=True)
 
 
+@main.command()
+@click.option(
+    "--server",
+    "server_url",
+    envvar="LDP_SERVER_URL",
+    required=True,
+    metavar="URL",
+    help="Aggregator base URL [LDP_SERVER_URL].",
+)
+@_population_options
+@click.option(
+    "-e",
+    "--epsilon",
+    type=Parsed("epsilon", parse_epsilon),
+    help="The campaign's one epsilon, e.g. 1 or ln(2)/100 [default: the spec's; otherwise "
+    f"{DEFAULT_EPSILONS[KRR].split(',')[0]}, or {DEFAULT_EPSILONS[PLANAR_LAPLACE].split(',')[0]} "
+    "for planar_laplace].",
+)
+@click.option(
+    "-n",
+    "--n",
+    type=Parsed("users", parse_n),
+    help="Users to simulate [default: 1000; a data set: every row once].",
+)
+@_output_options
+@click.option(
+    "--campaign",
+    "campaign_id",
+    help="The campaign to use or create (default: a new sim-... id).",
+)
+@click.option("--admin-token", envvar="LDP_ADMIN_TOKEN", help="To create the campaign.")
+@click.option("--analyst-token", envvar="LDP_ANALYST_TOKEN", help="To fetch counts and estimates.")
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 256),
+    default=DEFAULT_WORKERS,
+    show_default=True,
+    help="Users reporting at once.",
+)
+@click.option(
+    "--deadline",
+    type=click.FloatRange(0, min_open=True),
+    default=DEFAULT_DEADLINE_S,
+    show_default=True,
+    help="Seconds to keep retrying reports the server defers.",
+)
+@_version
+def via(**options: Any) -> None:
+    """End to end: simulated users report through the real client to a running aggregator.
+
+    The campaign is created (admin token) or reused (--campaign ID); each
+    user reports through the client library; with the analyst token the
+    server's estimates are fetched and scored next to an in-process run of
+    the same users.
+
+    \b
+    Example:
+      LDP_ADMIN_TOKEN=... LDP_ANALYST_TOKEN=... ldp-simulate via \\
+          --server http://127.0.0.1:8000 --population zipf -k 5 -n 300 -e 1
+    """
+    epsilons = [] if options["epsilon"] is None else [options["epsilon"]]
+    template = _spec_template(options["spec_file"])
+    if template is None and options["campaign_id"]:
+        template = _existing_campaign(options["server_url"], options["campaign_id"], epsilons)
+    population = _population(options, template)
+    if template is None and not options["campaign_id"]:
+        options = {**options, "campaign_id": f"sim-{int(time.time())}-{secrets.token_hex(3)}"}
+    spec = _specs(options, template, population, epsilons)[0]
+    n = options["n"] or (None if population.rows is not None else 1000)
+    methods = _flatten(options["methods"]) or list(ALL_METHODS)
+    result = run_via_server(
+        options["server_url"],
+        spec,
+        population,
+        n,
+        admin_token=options["admin_token"],
+        analyst_token=options["analyst_token"],
+        methods=[m for m in methods if m in METHODS],
+        workers=options["workers"],
+        seed=options["seed"],
+        progress=options["progress"],
+        deadline_s=options["deadline"],
+    )
+    if options["as_json"]:
+        click.echo(json.dumps(result.to_dict(), indent=2, allow_nan=False))
+    else:
+        click.echo(format_via(result))
+    if result.failed:
+        raise click.ClickException(
+            f"{result.failed} of {result.n_users} simulated users could not report"
+        )
+
+
+@main.command()
+@click.option(
+    "--csv",
+    "csv_path",
+    type=click.Path(exists=True, dir_okay=False),
+    required=True,
+    help="The check-ins: a CSV file with lat and lon columns, one report per row "
+    "(e.g. ../shared/data/gowalla_sf_downtown.csv).",
+)
+@_repeats_option(20, "Noise draws per row; the table shows mean and sd.")
+@_ibu_iterations_option(
+    500, "IBU's fixed iterations (a cross-validated run is added for comparison)."
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the noise.")
+@_plot_option("Write the fixed-iteration runs' PNG figures into this directory.")
+@_json_option
+@_version
+def reproduce(
+    csv_path: str,
+    repeats: int,
+    ibu_iterations: int,
+    seed: int,
+    plot_dir: str | None,
+    as_json: bool,
+) -> None:
+    """Planar Laplace versus k-RR on check-ins, reconstructed by IBU, compared by EMD.
+
+    The comparison of the IBU literature: the 3 km square around the
+    check-ins on a 20 x 20 grid of 150 m cells; planar Laplace at ln(2) per
+    100 m and k-RR over the 400 cells at ln(8) (docs/simulation.md).
+
+    \b
+    Example:
+      ldp-simulate reproduce --csv ../shared/data/gowalla_sf_downtown.csv --plot figures/
+    """
+    reproduction = reproduce_gowalla(
+        csv_path,
+        repeats=repeats,
+        iterations=ibu_iterations,
+        seed=seed,
+        plot_dir=plot_dir,
+        log=lambda line: click.echo(line, err=True),
+    )
+    if as_json:
+        click.echo(json.dumps(reproduction.to_dict(), indent=2, allow_nan=False))
+        return
+    click.echo(format_reproduction(reproduction))
+    for path in reproduction.plots:
+        click.echo(f"wrote {path}", err=True)
+
+
 # -- building the population and the specs -------------------------------------------------------
 
 
-def _template(options: dict[str, Any]) -> dict[str, Any] | None:
-    """The spec to start from: a --spec file, or an existing --via campaign; None otherwise."""
-    if options["spec_file"] is not None:
-        try:
-            data = json.load(options["spec_file"])
-        except ValueError as exc:
-            raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--spec") from None
-        return CampaignSpec.from_dict(data).to_dict()
-    if options["via_url"] and options["campaign_id"]:
-        api = ServerAPI(options["via_url"])
-        try:
-            found = api.get_campaign(options["campaign_id"])
-        finally:
-            api.session.close()
-        if found is not None:
-            if options["epsilons"]:
-                raise click.UsageError(
-                    f"campaign {options['campaign_id']!r} exists; its epsilon cannot be changed"
-                )
-            return found[0].to_dict()
-    return None
+def _spec_template(spec_file: Any) -> dict[str, Any] | None:
+    """The spec of a --spec file, or None."""
+    if spec_file is None:
+        return None
+    try:
+        data = json.load(spec_file)
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--spec") from None
+    return CampaignSpec.from_dict(data).to_dict()
+
+
+def _existing_campaign(
+    server_url: str, campaign_id: str, epsilons: list[float]
+) -> dict[str, Any] | None:
+    """The spec of campaign ``campaign_id`` on the server, or None if it does not exist."""
+    api = ServerAPI(server_url)
+    try:
+        found = api.get_campaign(campaign_id)
+    finally:
+        api.session.close()
+    if found is None:
+        return None
+    if epsilons:
+        raise click.UsageError(f"campaign {campaign_id!r} exists; its epsilon cannot be changed")
+    return found[0].to_dict()
 
 
 def _grid(options: dict[str, Any], template: dict[str, Any] | None) -> Grid | None:
@@ -390,7 +594,7 @@ def _specs(
     else:
         mechanism = options["mechanism"] or (PLANAR_LAPLACE if population.is_location else KRR)
         base = {
-            "id": options["campaign_id"] or "simulation",
+            "id": options.get("campaign_id") or "simulation",
             "title": "Simulation",
             "mechanism": mechanism,
         }
@@ -417,49 +621,6 @@ def _specs(
             data.pop("privacy_radius_m", None)
         specs.append(CampaignSpec.from_dict(data))
     return specs
-
-
-# -- end to end ---------------------------------------------------------------------------------
-
-
-def _run_via(
-    options: dict[str, Any],
-    template: dict[str, Any] | None,
-    epsilons: list[float],
-    ns: list[int],
-    methods: list[str],
-) -> None:
-    if len(epsilons) > 1 or len(ns) > 1:
-        raise click.UsageError("--via runs one campaign: give at most one --epsilon and one --n")
-    if options["repeats"] != 1 or options["ibu_iterations"] or options["plot_dir"]:
-        raise click.UsageError("--repeats, --ibu-iterations and --plot are for in-process runs")
-    population = _population(options, template)
-    if template is None and not options["campaign_id"]:
-        options = {**options, "campaign_id": f"sim-{int(time.time())}-{secrets.token_hex(3)}"}
-    spec = _specs(options, template, population, epsilons)[0]
-    n = ns[0] if ns else (None if population.rows is not None else 1000)
-    server_methods = [m for m in methods if m in METHODS]
-    result = run_via_server(
-        options["via_url"],
-        spec,
-        population,
-        n,
-        admin_token=options["admin_token"],
-        analyst_token=options["analyst_token"],
-        methods=server_methods,
-        workers=options["workers"],
-        seed=options["seed"],
-        progress=options["progress"],
-        deadline_s=options["deadline"],
-    )
-    if options["as_json"]:
-        click.echo(json.dumps(result.to_dict(), indent=2, allow_nan=False))
-    else:
-        click.echo(format_via(result))
-    if result.failed:
-        raise click.ClickException(
-            f"{result.failed} of {result.n_users} simulated users could not report"
-        )
 
 
 # -- output -------------------------------------------------------------------------------------

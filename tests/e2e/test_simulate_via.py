@@ -1,4 +1,4 @@
-"""``ldp-simulate --via``: simulated users through the real client to a real server process.
+"""``ldp-simulate via``: simulated users through the real client to a real server process.
 
 Uses the ``live_server`` fixture (a server process on loopback with a real
 Redis). Kept small: a few hundred users in all.
@@ -122,7 +122,7 @@ def test_the_command_creates_then_reuses_a_campaign(live_server):
         "LDP_ANALYST_TOKEN": live_server.analyst_token,
     }
     campaign = new_id("pets")
-    args = ["--no-progress", "--via", live_server.url, "--campaign", campaign]
+    args = ["via", "--no-progress", "--server", live_server.url, "--campaign", campaign]
     first = runner.invoke(
         main,
         [
@@ -157,8 +157,9 @@ def test_creating_a_campaign_needs_the_admin_token(live_server):
     result = CliRunner().invoke(
         main,
         [
+            "via",
             "--no-progress",
-            "--via",
+            "--server",
             live_server.url,
             "--campaign",
             new_id("nope"),
@@ -176,8 +177,8 @@ def test_creating_a_campaign_needs_the_admin_token(live_server):
 def test_a_wrong_admin_token_is_reported(live_server):
     result = CliRunner().invoke(
         main,
-        ["--no-progress", "--via", live_server.url, "-n", "5", "-e", "1", "--admin-token", "wrong"],
-        env={"LDP_ANALYST_TOKEN": ""},
+        ["via", "--no-progress", "-n", "5", "-e", "1", "--admin-token", "wrong"],
+        env={"LDP_SERVER_URL": live_server.url, "LDP_ANALYST_TOKEN": ""},
     )
     assert result.exit_code == 1
     assert "Error: cannot create campaign" in result.output and "(401)" in result.output
