@@ -2,125 +2,46 @@
 
 Subcommands: ``run`` (in-process sweep of epsilons, sizes and estimators),
 ``via`` (end to end through the real client against a server) and
-``reproduce`` (planar Laplace versus k-RR on real check-ins).
+``reproduce`` (planar Laplace versus k-RR on real check-ins). Their options
+are in :mod:`simulate.options`, their tables in :mod:`simulate.tables`.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
 import secrets
 import time
-from collections.abc import Callable
 from typing import Any
 
 import click
 
 from aggregator.estimation import METHODS
 from shared.errors import LDPError
-from shared.geo import Grid, Region
-from shared.spec import KRR, PLANAR_LAPLACE, RR, CampaignSpec
+from shared.geo import Grid
+from shared.spec import KRR, PLANAR_LAPLACE, CampaignSpec
+from simulate.options import (
+    DEFAULT_EPSILONS,
+    DEFAULT_NS,
+    LOCATION,
+    CommaList,
+    Parsed,
+    flatten,
+    ibu_iterations_option,
+    json_option,
+    output_options,
+    parse_epsilon,
+    parse_n,
+    parse_region,
+    plot_option,
+    population_options,
+    repeats_option,
+    version_option,
+)
 from simulate.populations import Population, cell_labels
 from simulate.reproduce import format_reproduction, reproduce_gowalla
-from simulate.runner import ALL_METHODS, ResultRow, simulate
-from simulate.via import (
-    DEFAULT_DEADLINE_S,
-    DEFAULT_WORKERS,
-    ServerAPI,
-    ViaResult,
-    run_via_server,
-)
-
-CATEGORICAL = ("uniform", "zipf", "weights", "csv-column")
-LOCATION = ("city", "csv-points")
-DEFAULT_EPSILONS = {KRR: "0.5,1,2,4", RR: "0.5,1,2,4", PLANAR_LAPLACE: "0.005,0.01,0.02"}
-DEFAULT_NS = "1000,10000,100000"
-_LN = re.compile(r"^ln\(\s*([^()]+?)\s*\)\s*(?:/\s*(.+))?$")
-
-
-def parse_epsilon(text: str) -> float:
-    """A positive number, or ``ln(X)`` optionally divided by a number (``ln(2)/100``)."""
-    text = text.strip()
-    match = _LN.match(text)
-    try:
-        if match:
-            value = math.log(float(match.group(1)))
-            if match.group(2) is not None:
-                value /= float(match.group(2))
-        else:
-            value = float(text)
-    except (ValueError, ZeroDivisionError):
-        raise click.BadParameter(f"{text!r} is not a number or ln(X)[/Y]") from None
-    if not (math.isfinite(value) and value > 0):
-        raise click.BadParameter(f"{text!r} is not a positive finite epsilon")
-    return value
-
-
-def parse_n(text: str) -> int:
-    """A positive integer, also written ``1e5`` or ``10^5``."""
-    text = text.strip().replace("_", "")
-    power = re.fullmatch(r"(\d+)\^(\d+)", text)
-    try:
-        value = int(power.group(1)) ** int(power.group(2)) if power else float(text)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a number of users") from None
-    if not (math.isfinite(value) and value >= 1 and value == int(value)):
-        raise click.BadParameter(f"{text!r} is not a positive whole number of users")
-    return int(value)
-
-
-def parse_method(text: str) -> str:
-    """One of the estimation methods (:data:`simulate.runner.ALL_METHODS`)."""
-    method = text.strip()
-    if method not in ALL_METHODS:
-        raise click.BadParameter(f"{method!r}; choose among {', '.join(ALL_METHODS)}")
-    return method
-
-
-class Parsed(click.ParamType):
-    """One value, converted by a ``parse_...`` function of this module."""
-
-    def __init__(self, name: str, parse: Callable[[str], Any]) -> None:
-        self.name = name
-        self.parse = parse
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
-        return value if not isinstance(value, str) else self.parse(value)
-
-
-class CommaList(click.ParamType):
-    """Comma-separated values (an option may also be repeated)."""
-
-    name = "list"
-
-    def __init__(self, item: Callable[[str], Any]) -> None:
-        self.item = item
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> list:
-        if isinstance(value, list):
-            return value
-        return [self.item(part) for part in str(value).split(",") if part.strip()]
-
-
-def _region(text: str) -> Region:
-    parts = [p for p in text.split(",") if p.strip()]
-    if len(parts) != 4:
-        raise click.BadParameter("give lat_min,lat_max,lon_min,lon_max")
-    spec = {
-        "id": "region",
-        "title": "region",
-        "mechanism": PLANAR_LAPLACE,
-        "epsilon": 1e-6,  # an epsilon the planar sampler realises on cells of 1,000 km
-        "cell_size_m": 1.0e6,
-    }
-    try:
-        values = [float(p) for p in parts]
-    except ValueError:
-        raise click.BadParameter("the region's bounds must be numbers") from None
-    spec["region"] = dict(zip(("lat_min", "lat_max", "lon_min", "lon_max"), values, strict=True))
-    # Parsed as part of a throw-away spec: the region gets exactly a campaign's checks.
-    return CampaignSpec.from_dict(spec).region
+from simulate.runner import ALL_METHODS, simulate
+from simulate.tables import format_table, format_via
+from simulate.via import DEFAULT_DEADLINE_S, DEFAULT_WORKERS, ServerAPI, run_via_server
 
 
 class _Command(click.Command):
@@ -149,136 +70,10 @@ class _Group(click.Group):
             raise
 
 
-def _options(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """One decorator that applies ``decorators`` as if they were written above a function."""
-
-    def apply(function: Any) -> Any:
-        for decorator in reversed(decorators):
-            function = decorator(function)
-        return function
-
-    return apply
-
-
-def _flatten(values: tuple[list, ...]) -> list:
-    return [item for value in values for item in value]
-
-
-_version = click.version_option(package_name="ldp-collect", prog_name="ldp-simulate")
-_json_option = click.option(
-    "--json", "as_json", is_flag=True, help="Print JSON instead of a table."
-)
-
-
-def _repeats_option(default: int, help_text: str) -> Callable[[Any], Any]:
-    return click.option(
-        "--repeats", type=click.IntRange(1), default=default, show_default=True, help=help_text
-    )
-
-
-def _ibu_iterations_option(default: int | None, help_text: str) -> Callable[[Any], Any]:
-    return click.option(
-        "--ibu-iterations",
-        type=click.IntRange(1),
-        default=default,
-        show_default=default is not None,
-        help=help_text,
-    )
-
-
-def _plot_option(help_text: str) -> Callable[[Any], Any]:
-    return click.option("--plot", "plot_dir", type=click.Path(file_okay=False), help=help_text)
-
-
-_population_options = _options(
-    click.option(
-        "--population",
-        "kind",
-        type=click.Choice(CATEGORICAL + LOCATION),
-        default="zipf",
-        show_default=True,
-        help="Where the users' true values come from.",
-    ),
-    click.option(
-        "-k",
-        "--k",
-        type=click.IntRange(2),
-        default=10,
-        show_default=True,
-        help="Categories (uniform, zipf).",
-    ),
-    click.option(
-        "--zipf-s", type=click.FloatRange(0), default=1.1, show_default=True, help="Zipf exponent."
-    ),
-    click.option("--weights", help="Explicit weights, e.g. 0.5,0.3,0.2 (population weights)."),
-    click.option("--labels", help="Category labels, comma-separated (default v0, v1, ...)."),
-    click.option(
-        "--csv",
-        "csv_path",
-        type=click.Path(dir_okay=False),
-        help="CSV file (csv-column, csv-points).",
-    ),
-    click.option("--column", help="The CSV column of categories (csv-column)."),
-    click.option(
-        "--region",
-        help="lat_min,lat_max,lon_min,lon_max (locations; csv-points default: the points' "
-        "bounding box).",
-    ),
-    click.option(
-        "--cell-size-m",
-        type=click.FloatRange(1),
-        default=100.0,
-        show_default=True,
-        help="Report grid cell size (locations).",
-    ),
-    click.option(
-        "--hotspots",
-        type=click.IntRange(1),
-        default=8,
-        show_default=True,
-        help="Hotspots of the synthetic city.",
-    ),
-    click.option(
-        "--mechanism",
-        type=click.Choice((KRR, RR, PLANAR_LAPLACE)),
-        help="Default: planar_laplace for locations, krr for categories. krr on a location "
-        "population uses the grid cells as its domain.",
-    ),
-    click.option(
-        "--spec",
-        "spec_file",
-        type=click.File("r", encoding="utf-8"),
-        help="A campaign spec (JSON) to simulate; --epsilon overrides its epsilon.",
-    ),
-)
-
-_output_options = _options(
-    click.option(
-        "-m",
-        "--method",
-        "methods",
-        type=CommaList(parse_method),
-        multiple=True,
-        help=f"Methods, among {', '.join(ALL_METHODS)} [default: all].",
-    ),
-    click.option(
-        "--seed",
-        type=int,
-        default=0,
-        show_default=True,
-        help="Seed of the population and the noise.",
-    ),
-    _json_option,
-    click.option(
-        "--progress/--no-progress", default=None, help="Progress bars (default: on a terminal)."
-    ),
-)
-
-
 @click.group(
     cls=_Group, name="ldp-simulate", context_settings={"help_option_names": ["-h", "--help"]}
 )
-@_version
+@version_option
 def main() -> None:
     """Simulate a local-DP collection before launching it, in-process or end to end.
 
@@ -287,7 +82,7 @@ def main() -> None:
 
 
 @main.command()
-@_population_options
+@population_options
 @click.option(
     "-e",
     "--epsilon",
@@ -304,13 +99,11 @@ def main() -> None:
     multiple=True,
     help=f"Numbers of users to sweep, e.g. 1e3,1e5 [default: {DEFAULT_NS}; a data set: every row once].",
 )
-@_output_options
-@_repeats_option(1, "Runs per configuration; the table shows means.")
-@_ibu_iterations_option(
-    None, "Fixed IBU iterations (default: cross-validated, as the server does)."
-)
-@_plot_option("Write PNG figures into this directory.")
-@_version
+@output_options
+@repeats_option(1, "Runs per configuration; the table shows means.")
+@ibu_iterations_option(None, "Fixed IBU iterations (default: cross-validated, as the server does).")
+@plot_option("Write PNG figures into this directory.")
+@version_option
 def run(**options: Any) -> None:
     """In-process: the accuracy of every estimator for each epsilon and n.
 
@@ -327,8 +120,8 @@ def run(**options: Any) -> None:
     """
     template = _spec_template(options["spec_file"])
     population = _population(options, template)
-    specs = _specs(options, template, population, _flatten(options["epsilons"]))
-    ns = _flatten(options["ns"])
+    specs = _specs(options, template, population, flatten(options["epsilons"]))
+    ns = flatten(options["ns"])
     run_ns = ns or (
         [None] if population.rows is not None else [parse_n(x) for x in DEFAULT_NS.split(",")]
     )
@@ -336,7 +129,7 @@ def run(**options: Any) -> None:
         population,
         specs,
         run_ns,
-        methods=_flatten(options["methods"]) or list(ALL_METHODS),
+        methods=flatten(options["methods"]) or list(ALL_METHODS),
         repeats=options["repeats"],
         seed=options["seed"],
         ibu_iterations=options["ibu_iterations"],
@@ -369,7 +162,7 @@ def run(**options: Any) -> None:
     metavar="URL",
     help="Aggregator base URL [LDP_SERVER_URL].",
 )
-@_population_options
+@population_options
 @click.option(
     "-e",
     "--epsilon",
@@ -384,7 +177,7 @@ def run(**options: Any) -> None:
     type=Parsed("users", parse_n),
     help="Users to simulate [default: 1000; a data set: every row once].",
 )
-@_output_options
+@output_options
 @click.option(
     "--campaign",
     "campaign_id",
@@ -406,7 +199,7 @@ def run(**options: Any) -> None:
     show_default=True,
     help="Seconds to keep retrying reports the server defers.",
 )
-@_version
+@version_option
 def via(**options: Any) -> None:
     """End to end: simulated users report through the real client to a running aggregator.
 
@@ -429,7 +222,7 @@ def via(**options: Any) -> None:
         options = {**options, "campaign_id": f"sim-{int(time.time())}-{secrets.token_hex(3)}"}
     spec = _specs(options, template, population, epsilons)[0]
     n = options["n"] or (None if population.rows is not None else 1000)
-    methods = _flatten(options["methods"]) or list(ALL_METHODS)
+    methods = flatten(options["methods"]) or list(ALL_METHODS)
     result = run_via_server(
         options["server_url"],
         spec,
@@ -462,14 +255,14 @@ def via(**options: Any) -> None:
     help="The check-ins: a CSV file with lat and lon columns, one report per row "
     "(e.g. ../shared/data/gowalla_sf_downtown.csv).",
 )
-@_repeats_option(20, "Noise draws per row; the table shows mean and sd.")
-@_ibu_iterations_option(
+@repeats_option(20, "Noise draws per row; the table shows mean and sd.")
+@ibu_iterations_option(
     500, "IBU's fixed iterations (a cross-validated run is added for comparison)."
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the noise.")
-@_plot_option("Write the fixed-iteration runs' PNG figures into this directory.")
-@_json_option
-@_version
+@plot_option("Write the fixed-iteration runs' PNG figures into this directory.")
+@json_option
+@version_option
 def reproduce(
     csv_path: str,
     repeats: int,
@@ -539,7 +332,7 @@ def _grid(options: dict[str, Any], template: dict[str, Any] | None) -> Grid | No
         spec = CampaignSpec.from_dict(template)
         return spec.grid
     if options["region"]:
-        return Grid(_region(options["region"]), options["cell_size_m"])
+        return Grid(parse_region(options["region"]), options["cell_size_m"])
     return None
 
 
@@ -621,88 +414,3 @@ def _specs(
             data.pop("privacy_radius_m", None)
         specs.append(CampaignSpec.from_dict(data))
     return specs
-
-
-# -- output -------------------------------------------------------------------------------------
-
-
-def _number(value: float | None, digits: int = 4) -> str:
-    if value is None:
-        return "-"
-    if value == 0:
-        return "0"
-    return f"{value:.{digits}g}"
-
-
-def _table(header: list[str], lines: list[list[str]]) -> str:
-    widths = [
-        max(len(h), *(len(line[i]) for line in lines)) if lines else len(h)
-        for i, h in enumerate(header)
-    ]
-    out = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |"]
-    out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for line in lines:
-        out.append("| " + " | ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) + " |")
-    return "\n".join(out)
-
-
-def format_table(rows: list[ResultRow]) -> str:
-    """The accuracy table, one line per (mechanism, epsilon, n, method), in markdown."""
-    location = any(row.scores.emd_m is not None for row in rows)
-    repeats = any(row.repeats > 1 for row in rows)
-    header = ["mechanism", "epsilon", "n", "method", "TV"]
-    header += ["TV sd"] if repeats else []
-    header += ["MSE", "max |err|", "KL"] + (["EMD (m)"] if location else []) + ["iters", "seconds"]
-    lines = []
-    for row in rows:
-        s = row.scores
-        line = [row.mechanism, _number(row.epsilon), str(row.n), row.method, _number(s.tv)]
-        line += [_number(row.scores_sd.tv, 2)] if repeats else []
-        line += [_number(s.mse, 3), _number(s.max_abs), _number(s.kl)]
-        line += [_number(s.emd_m)] if location else []
-        line += ["-" if row.n_iter is None else f"{row.n_iter:.0f}", _number(row.seconds, 2)]
-        lines.append(line)
-    return _table(header, lines)
-
-
-def format_via(result: ViaResult) -> str:
-    """A summary of an end-to-end run and the table of server and in-process scores."""
-    rate = result.delivered / result.seconds if result.seconds > 0 else float("nan")
-    text = [
-        f"campaign {result.campaign_id} at {result.url} ({'created' if result.created else 'existing'}, "
-        f"spec hash {result.spec_hash[:12]}...)",
-        f"{result.n_users} simulated users: {result.delivered} delivered ({result.duplicates} duplicates), "
-        f"{result.failed} failed, in {result.seconds:.1f} s ({rate:.0f} reports/s)",
-    ]
-    text += [f"  error: {message}" for message in result.errors]
-    if result.previous_n:
-        text.append(
-            f"warning: the campaign already held {result.previous_n} reports; the server's "
-            "estimates include them, so the scores below are not about these users alone"
-        )
-    if not result.scores:
-        text.append(
-            "no analyst token (--analyst-token or LDP_ANALYST_TOKEN): estimates not fetched"
-        )
-        return "\n".join(text)
-    location = any(s.emd_m is not None for s in result.scores.values())
-    header = ["source", "method", "TV", "MSE", "max |err|", "KL"] + (
-        ["EMD (m)"] if location else []
-    )
-    lines = []
-    for source, table in (("server", result.scores), ("in-process", result.in_process)):
-        for method, s in table.items():
-            line = [
-                source,
-                method,
-                _number(s.tv),
-                _number(s.mse, 3),
-                _number(s.max_abs),
-                _number(s.kl),
-            ]
-            lines.append(line + ([_number(s.emd_m)] if location else []))
-    text.append(
-        f"server n = {result.server_n}; in-process = the same users through the vectorised sampler"
-    )
-    text.append(_table(header, lines))
-    return "\n".join(text)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from simulate.cli import main, parse_epsilon, parse_n
+from simulate.cli import main
+from simulate.options import parse_epsilon, parse_n
 from simulate.reproduce import square_region
 from simulate.runner import ALL_METHODS
 
