@@ -63,11 +63,11 @@ if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project i
 from aggregator.estimation import channel_for, estimate  # noqa: E402
 from aggregator.estimation.estimators import default_estimator  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
-from scripts.reproduce_gowalla import data_region, square_region  # noqa: E402
 from shared.geo import Grid  # noqa: E402
 from shared.mechanisms import KRR, Mechanism, PlanarLaplace, RandomizedResponse  # noqa: E402
 from simulate.metrics import earth_movers_distance, total_variation  # noqa: E402
 from simulate.populations import Population, cell_labels  # noqa: E402
+from simulate.reproduce import data_region, square_region  # noqa: E402
 from simulate.sampling import sample  # noqa: E402
 
 SECTION = "estimators"

@@ -1,6 +1,6 @@
 """End-to-end simulation: the real client library, for every simulated user, against a server.
 
-:func:`run_via_server` is what ``ldp-simulate --via URL`` runs, and what a
+:func:`run_via_server` is what ``ldp-simulate via --server URL`` runs, and what a
 demo script calls to fill a campaign:
 
 1. create the campaign from its spec (admin token), or use the existing one
