@@ -12,7 +12,6 @@ import functools
 import hashlib
 import json
 import math
-import secrets
 import sys
 import threading
 import time
@@ -22,7 +21,6 @@ from typing import Any, TypeVar
 
 import flask
 import numpy as np
-import redis
 
 from aggregator.estimation import (
     METHODS,
@@ -34,7 +32,8 @@ from aggregator.estimation import (
     poisoning,
 )
 from aggregator.http.errors import APIError
-from aggregator.storage.store import Campaign, CampaignStore, is_out_of_memory
+from aggregator.storage.locks import Lock
+from aggregator.storage.store import Campaign, CampaignStore
 from shared.errors import ValidationError
 from shared.mechanisms import Mechanism, PlanarLaplace
 
@@ -57,10 +56,6 @@ LOCK_POLL_S = 0.1
 # so that a worker that died mid-computation holds up the others only for a while.
 LOCK_MARGIN_S = 10.0
 LOCK_WITHOUT_LIMIT_S = 3600.0
-_RELEASE_IF_OURS = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 # Channel operators kept per process: a planar kernel takes up to a second to build for a
 # large grid and a few MB to hold, so a handful of recent campaigns is enough.
 CHANNEL_CACHE_SIZE = 16
@@ -377,7 +372,7 @@ def _cached_estimate(
     hit = store.cached_estimate(campaign_id, variant, digest)
     if hit is not None:
         return hit.decode(), None, True
-    lock = ComputeLock(store, campaign_id, variant, digest, limits)
+    lock = compute_lock(store, campaign_id, variant, digest, limits)
     started, allowed = time.monotonic(), limits
     while not lock.acquire():
         # Another request (in this worker or another) computes this very estimate: wait for
@@ -424,53 +419,21 @@ def _remaining(limits: EstimateLimits | None, waited_s: float) -> EstimateLimits
     return dataclasses.replace(limits, timeout_s=left)
 
 
-class ComputeLock:
-    """A Redis lock on computing one estimate (campaign, variant, counts digest).
+def compute_lock(
+    store: CampaignStore,
+    campaign_id: str,
+    variant: str,
+    digest: str,
+    limits: EstimateLimits | None,
+) -> Lock:
+    """The lock on computing one estimate (campaign, variant, counts digest).
 
     Whoever holds it computes; other requests for the same estimate, in any
     worker, wait for the cached result instead of computing it again. The lock
-    expires on its own shortly after the computation's time limit.
+    expires on its own shortly after the computation's time limit; at Redis's
+    memory limit (no room for the lock, nor for the cache) the request computes
+    without one rather than fail.
     """
-
-    KEY = "ldp:{{c:{id}}}:estimate-lock:{variant}:{digest}"
-
-    def __init__(
-        self,
-        store: CampaignStore,
-        campaign_id: str,
-        variant: str,
-        digest: str,
-        limits: EstimateLimits | None,
-    ) -> None:
-        self._connection = store.connection
-        self._key = self.KEY.format(id=campaign_id, variant=variant, digest=digest)
-        self._token = secrets.token_hex(16)
-        self._held = False
-        timeout_s = None if limits is None else limits.timeout_s
-        self._ttl_ms = int(
-            1000 * (LOCK_WITHOUT_LIMIT_S if timeout_s is None else timeout_s + LOCK_MARGIN_S)
-        )
-
-    def acquire(self) -> bool:
-        """Take the lock if it is free; at Redis's memory limit, go on without one."""
-        try:
-            self._held = bool(
-                self._connection.set(self._key, self._token, nx=True, px=self._ttl_ms)
-            )
-        except redis.ResponseError as exc:
-            if not is_out_of_memory(exc):
-                raise
-            # No room for the lock (nor for the cache): compute without it rather than fail.
-            return True
-        return self._held
-
-    def release(self) -> None:
-        if not self._held:
-            return
-        self._held = False
-        try:
-            self._connection.eval(_RELEASE_IF_OURS, 1, self._key, self._token)
-        except redis.ResponseError as exc:
-            if not is_out_of_memory(exc):
-                raise
-            # The lock expires on its own shortly.
+    timeout_s = None if limits is None else limits.timeout_s
+    ttl_s = LOCK_WITHOUT_LIMIT_S if timeout_s is None else timeout_s + LOCK_MARGIN_S
+    return store.estimate_lock(campaign_id, variant, digest, int(1000 * ttl_s))

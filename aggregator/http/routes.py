@@ -81,7 +81,7 @@ def load_campaign(campaign_id: str) -> Campaign:
 @bp.get("/health")
 def health() -> flask.Response:
     """Liveness, and whether reports are accepted: reads only, so it answers at a full store."""
-    get_store().connection.ping()
+    get_store().ping()
     capacity = get_capacity()
     reading = capacity.reading()
     return flask.jsonify(

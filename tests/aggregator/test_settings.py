@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from aggregator_testdata import ADMIN_TOKEN, ANALYST_TOKEN
-from support import free_port
+from support import free_port, server_env
 
 from aggregator.app import create_app
 from aggregator.cli import main
@@ -185,8 +185,7 @@ def test_the_app_reads_its_typed_settings(config):
 
 
 def _serve(tmp_path: Path, **variables: str) -> subprocess.CompletedProcess:
-    env = {name: value for name, value in os.environ.items() if not name.startswith("LDP_")}
-    env.update(LDP_DATA_DIR=str(tmp_path / "data"), **variables)
+    env = server_env(tmp_path / "data", variables)
     command = [sys.executable, "-m", "aggregator.cli", "serve", "--port", str(free_port())]
     return subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
