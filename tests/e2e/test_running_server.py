@@ -44,5 +44,5 @@ def test_a_server_that_cannot_start_is_an_error_with_its_log(tmp_path):
     ):
         pytest.fail("the block ran")
     message = str(failure.value)
-    assert "the server exited with status 1" in message
+    assert "the server exited with status 2" in message  # a bad setting
     assert "LDP_ADMIN_TOKEN" in message  # the server's own explanation, from its log
