@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,7 +94,11 @@ class Number:
 
 @dataclass(frozen=True)
 class String:
-    """A JSON string: length bounds, a pattern (matched whole), a set of values or a format."""
+    """A JSON string: length bounds, a pattern (matched whole), a set of values, or a UUID.
+
+    ``format="uuid"`` accepts what :class:`uuid.UUID` parses (any case, with or
+    without hyphens or braces); the other bounds then do not apply.
+    """
 
     min_length: int = 1
     max_length: int | None = None
@@ -113,6 +118,12 @@ class String:
             return value
         if not isinstance(value, str):
             raise error(f"{field} must be a string, got {type(value).__name__}", field=field)
+        if self.format == "uuid":
+            try:
+                uuid.UUID(value)
+            except ValueError:
+                raise error(f"{field} must be a UUID", field=field) from None
+            return value
         if self.pattern is not None:
             if not re.fullmatch(self.pattern, value):
                 raise error(f"{field} must be {self.pattern_text or self.pattern}", field=field)
@@ -260,4 +271,40 @@ class Object:
         return _with_description(out, self.description)
 
 
-Descriptor = Number | String | Boolean | Array | Object
+@dataclass(frozen=True)
+class OneOf:
+    """A value of one of several shapes, told apart by their JSON type (a string or an object)."""
+
+    choices: tuple[Descriptor, ...]
+    description: str = ""
+
+    def check(self, value: Any, field: str, error: ErrorType = ValidationError) -> Any:
+        for choice in self.choices:
+            if isinstance(value, _JSON_TYPES[type(choice)]) and not (
+                isinstance(value, bool) and not isinstance(choice, Boolean)
+            ):
+                return choice.check(value, field, error)
+        kinds = " or ".join(_JSON_NAMES[type(choice)] for choice in self.choices)
+        raise error(f"{field} must be {kinds}, got {type(value).__name__}", field=field)
+
+    def schema(self) -> dict[str, Any]:
+        return _with_description(
+            {"oneOf": [choice.schema() for choice in self.choices]}, self.description
+        )
+
+
+Descriptor = Number | String | Boolean | Array | Object | OneOf
+_JSON_TYPES: dict[type, type | tuple[type, ...]] = {
+    Number: (int, float),
+    String: str,
+    Boolean: bool,
+    Array: list,
+    Object: dict,
+}
+_JSON_NAMES = {
+    Number: "a number",
+    String: "a string",
+    Boolean: "a boolean",
+    Array: "a list",
+    Object: "an object",
+}
