@@ -16,13 +16,15 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from shared.errors import ValidationError
 
-ErrorType = type[ValidationError]
+# What a check raises: a ValidationError subclass, or a factory taking (message, field=...)
+# such as ``functools.partial(ValidationError, code="invalid_parameter")``.
+ErrorType = Callable[..., ValidationError]
 
 
 def is_positive_finite(value: Any) -> bool:
@@ -62,6 +64,7 @@ class Number:
     maximum: float | None = None
     exclusive_minimum: bool = False
     integer: bool = False
+    enum: tuple[float, ...] | None = None
     description: str = ""
 
     def check(self, value: Any, field: str, error: ErrorType = ValidationError) -> Any:
@@ -71,6 +74,8 @@ class Number:
             number: Any = value
         else:
             number = finite_number(value, field, error)
+        if self.enum is not None and number not in self.enum:
+            raise error(f"{field} must be one of {', '.join(map(str, self.enum))}", field=field)
         if self.minimum is not None:
             if self.exclusive_minimum:
                 if not number > self.minimum:
@@ -89,6 +94,8 @@ class Number:
                 out["exclusiveMinimum"] = True
         if self.maximum is not None:
             out["maximum"] = self.maximum
+        if self.enum is not None:
+            out["enum"] = list(self.enum)
         return _with_description(out, self.description)
 
 
