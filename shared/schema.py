@@ -146,6 +146,8 @@ class String:
         out: dict[str, Any] = {"type": "string"}
         if self.enum is not None:
             out["enum"] = list(self.enum)
+        elif self.format is not None:
+            out["format"] = self.format
         elif self.pattern is not None:
             # Anchored: the check matches the whole string.
             out["pattern"] = f"^{self.pattern}$"
@@ -154,8 +156,6 @@ class String:
                 out["minLength"] = self.min_length
             if self.max_length is not None:
                 out["maxLength"] = self.max_length
-        if self.format is not None:
-            out["format"] = self.format
         return _with_description(out, self.description)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from shared.schema import Array, Number, Object, OneOf, String
-from shared.spec import MAX_LABEL_LENGTH, MAX_LATITUDE
 
 REPORT_ID = String(
     format="uuid",
@@ -27,14 +26,11 @@ ENROLLMENT_TOKEN = String(
     pattern_text="16 to 128 characters of A-Z a-z 0-9 _ -",
     description="required by, and only by, campaigns with enrollment_required",
 )
-LABEL_VALUE = String(
-    max_length=MAX_LABEL_LENGTH, description="a label of the campaign's domain (rr, krr)"
-)
+# A report's value has one of these shapes; which values are valid is the campaign's to say
+# (a label of its domain, the centre of a cell of its grid), so no bound is written here.
+LABEL_VALUE = String(min_length=0, description="a label of the campaign's domain (rr, krr)")
 LOCATION_VALUE = Object(
-    {
-        "lat": Number(minimum=-MAX_LATITUDE, maximum=MAX_LATITUDE),
-        "lon": Number(minimum=-180, maximum=180),
-    },
+    {"lat": Number(), "lon": Number()},
     required=("lat", "lon"),
     description="the centre of a cell of the campaign's report grid (planar_laplace)",
 )
