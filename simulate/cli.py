@@ -14,6 +14,7 @@ import click
 from aggregator.estimation import METHODS
 from shared.errors import LDPError
 from shared.geo import Grid, Region
+from shared.schema import is_positive_finite
 from shared.spec import KRR, PLANAR_LAPLACE, RR, CampaignSpec
 from simulate.populations import Population, cell_labels
 from simulate.runner import ALL_METHODS, ResultRow, simulate
@@ -45,7 +46,7 @@ def parse_epsilon(text: str) -> float:
             value = float(text)
     except (ValueError, ZeroDivisionError):
         raise click.BadParameter(f"{text!r} is not a number or ln(X)[/Y]") from None
-    if not (math.isfinite(value) and value > 0):
+    if not is_positive_finite(value):
         raise click.BadParameter(f"{text!r} is not a positive finite epsilon")
     return value
 
