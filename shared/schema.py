@@ -67,11 +67,12 @@ class Number:
     enum: tuple[float, ...] | None = None
     description: str = ""
 
-    def check(self, value: Any, field: str, error: ErrorType = ValidationError) -> Any:
+    def check(self, value: Any, field: str, error: ErrorType = ValidationError) -> float:
+        """``value`` if it is a number within the bounds (an int when ``integer``)."""
         if self.integer:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise error(f"{field} must be an integer", field=field)
-            number: Any = value
+            number: float = value
         else:
             number = finite_number(value, field, error)
         if self.enum is not None and number not in self.enum:
@@ -190,7 +191,7 @@ class Array:
     # What the list holds, in words, for the error messages.
     noun: str = "items"
 
-    def check_length(self, value: Any, field: str, error: ErrorType = ValidationError) -> list:
+    def check_length(self, value: Any, field: str, error: ErrorType = ValidationError) -> list[Any]:
         if not isinstance(value, list):
             raise error(f"{field} must be a list of {self.noun}", field=field)
         if len(value) < self.min_items or (
@@ -205,7 +206,7 @@ class Array:
             raise error(f"{field} must have {bounds} {self.noun}, got {len(value)}", field=field)
         return value
 
-    def check(self, value: Any, field: str, error: ErrorType = ValidationError) -> list:
+    def check(self, value: Any, field: str, error: ErrorType = ValidationError) -> list[Any]:
         items = [
             self.items.check(item, f"{field}[{i}]", error)
             for i, item in enumerate(self.check_length(value, field, error))
@@ -244,7 +245,9 @@ class Object:
     noun: str = "an object"
     extra_schema: Mapping[str, Any] = field(default_factory=dict)
 
-    def check_keys(self, value: Any, field: str | None, error: ErrorType = ValidationError) -> dict:
+    def check_keys(
+        self, value: Any, field: str | None, error: ErrorType = ValidationError
+    ) -> dict[str, Any]:
         """``value`` as a dict with no unknown and no missing key; values are not checked."""
         prefix = f"{field}." if field else ""
         if not isinstance(value, dict):
@@ -257,7 +260,9 @@ class Object:
                 raise error(f"{prefix}{name} is required", field=f"{prefix}{name}")
         return value
 
-    def check(self, value: Any, field: str | None, error: ErrorType = ValidationError) -> dict:
+    def check(
+        self, value: Any, field: str | None, error: ErrorType = ValidationError
+    ) -> dict[str, Any]:
         prefix = f"{field}." if field else ""
         self.check_keys(value, field, error)
         return {

@@ -13,7 +13,6 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
@@ -51,14 +50,10 @@ CAMPAIGN_ID = String(
 )
 # Checked with fullmatch: "$" would also accept a trailing newline.
 ID_PATTERN = re.compile(CAMPAIGN_ID.pattern or "")
-_POSITIVE = Number(minimum=0, exclusive_minimum=True)
-_COMMON = {
-    "id": CAMPAIGN_ID,
-    "title": String(max_length=MAX_TITLE_LENGTH),
-    "enrollment_required": Boolean(
-        description="reports need a single-use enrollment token issued by the admin"
-    ),
-}
+_TITLE = String(max_length=MAX_TITLE_LENGTH)
+_ENROLLMENT_REQUIRED = Boolean(
+    description="reports need a single-use enrollment token issued by the admin"
+)
 _CATEGORICAL_EPSILON = Number(
     minimum=0,
     exclusive_minimum=True,
@@ -73,6 +68,9 @@ _LABELS = Array(
     unique_items=True,
     noun="labels",
 )
+_RR_LABELS = replace(
+    _LABELS, min_items=2, max_items=2, description=f"default {list(RR_DEFAULT_DOMAIN)}"
+)
 _LATITUDE = Number(minimum=-MAX_LATITUDE, maximum=MAX_LATITUDE)
 _LONGITUDE = Number(minimum=-180, maximum=180)
 REGION = Object(
@@ -81,55 +79,66 @@ REGION = Object(
     description="degrees (WGS84); each minimum below its maximum, and small enough that the "
     f"planar projection overstates distances by at most {MAX_PROJECTION_DISTORTION}",
 )
-RR_SPEC = Object(
-    {
-        **_COMMON,
-        "mechanism": String(enum=(RR,)),
-        "epsilon": _CATEGORICAL_EPSILON,
-        "domain": replace(
-            _LABELS, min_items=2, max_items=2, description=f"default {list(RR_DEFAULT_DOMAIN)}"
-        ),
-    },
-    required=("id", "title", "mechanism", "epsilon"),
-    description="Binary randomized response",
+_PLANAR_EPSILON = Number(
+    minimum=0,
+    exclusive_minimum=True,
+    description="per metre; or give privacy_level with privacy_radius_m (epsilon = level / "
+    "radius); bounded by the grid's extent and cell size",
 )
-KRR_SPEC = Object(
-    {
-        **_COMMON,
-        "mechanism": String(enum=(KRR,)),
-        "epsilon": _CATEGORICAL_EPSILON,
-        "domain": _LABELS,
-    },
-    required=("id", "title", "mechanism", "epsilon", "domain"),
-    description="k-ary randomized response",
-)
-PLANAR_SPEC = Object(
-    {
-        **_COMMON,
-        "mechanism": String(enum=(PLANAR_LAPLACE,)),
-        "epsilon": replace(
-            _POSITIVE,
-            description="per metre; or give privacy_level with privacy_radius_m (epsilon = "
-            "level / radius); bounded by the grid's extent and cell size",
-        ),
-        "region": REGION,
-        "cell_size_m": Number(
-            minimum=MIN_CELL_SIZE_M, description=f"at most {MAX_CELLS} cells in the region"
-        ),
-        "privacy_level": replace(_POSITIVE, description="given with privacy_radius_m"),
-        "privacy_radius_m": replace(_POSITIVE, description="given with privacy_level"),
-    },
-    required=("id", "title", "mechanism", "region", "cell_size_m"),
-    description="Planar Laplace over a grid of cells (geo-indistinguishability)",
-)
-# Each mechanism's spec, as one object description.
-SPEC_SCHEMAS = {RR: RR_SPEC, KRR: KRR_SPEC, PLANAR_LAPLACE: PLANAR_SPEC}
+_CELL_SIZE = Number(minimum=MIN_CELL_SIZE_M, description=f"at most {MAX_CELLS} cells in the region")
+_PRIVACY_LEVEL = Number(minimum=0, exclusive_minimum=True, description="with privacy_radius_m")
+_PRIVACY_RADIUS = Number(minimum=0, exclusive_minimum=True, description="with privacy_level")
 MECHANISM = String(enum=MECHANISMS)
+_COMMON: dict[str, Descriptor] = {
+    "id": CAMPAIGN_ID,
+    "title": _TITLE,
+    "enrollment_required": _ENROLLMENT_REQUIRED,
+}
+# Each mechanism's spec as one object: what the server's OpenAPI document shows.
+SPEC_SCHEMAS = {
+    RR: Object(
+        {
+            **_COMMON,
+            "mechanism": String(enum=(RR,)),
+            "epsilon": _CATEGORICAL_EPSILON,
+            "domain": _RR_LABELS,
+        },
+        required=("id", "title", "mechanism", "epsilon"),
+        description="Binary randomized response",
+    ),
+    KRR: Object(
+        {
+            **_COMMON,
+            "mechanism": String(enum=(KRR,)),
+            "epsilon": _CATEGORICAL_EPSILON,
+            "domain": _LABELS,
+        },
+        required=("id", "title", "mechanism", "epsilon", "domain"),
+        description="k-ary randomized response",
+    ),
+    PLANAR_LAPLACE: Object(
+        {
+            **_COMMON,
+            "mechanism": String(enum=(PLANAR_LAPLACE,)),
+            "epsilon": _PLANAR_EPSILON,
+            "region": REGION,
+            "cell_size_m": _CELL_SIZE,
+            "privacy_level": _PRIVACY_LEVEL,
+            "privacy_radius_m": _PRIVACY_RADIUS,
+        },
+        required=("id", "title", "mechanism", "region", "cell_size_m"),
+        description="Planar Laplace over a grid of cells (geo-indistinguishability)",
+    ),
+}
 
 # Fields the server adds when it serves a spec; not part of the hashed spec.
 SERVER_FIELDS = frozenset({"status", "spec_hash", "created_at"})
 _SPEC_FIELDS = frozenset(name for schema in SPEC_SCHEMAS.values() for name in schema.properties)
-_PLANAR_ONLY = tuple(name for name in PLANAR_SPEC.properties if name not in KRR_SPEC.properties)
+_PLANAR_ONLY = tuple(
+    name
+    for name in SPEC_SCHEMAS[PLANAR_LAPLACE].properties
+    if name not in SPEC_SCHEMAS[KRR].properties
+)
 
 
 @dataclass(frozen=True)
@@ -170,27 +179,28 @@ class CampaignSpec:
                 raise SpecError(f"{required} is required", field=required)
         campaign_id = CAMPAIGN_ID.check(data["id"], "id", SpecError)
         mechanism = MECHANISM.check(data["mechanism"], "mechanism", SpecError)
-        fields = SPEC_SCHEMAS[mechanism].properties
-        title = fields["title"].check(data["title"], "title", SpecError)
-        enrollment = data.get("enrollment_required", False)
-        fields["enrollment_required"].check(enrollment, "enrollment_required", SpecError)
+        title = _TITLE.check(data["title"], "title", SpecError)
+        enrollment = _ENROLLMENT_REQUIRED.check(
+            data.get("enrollment_required", False), "enrollment_required", SpecError
+        )
         common = {"id": campaign_id, "title": title, "enrollment_required": enrollment}
         if mechanism == PLANAR_LAPLACE:
-            return cls._planar_from_dict(data, fields, common, stored=stored)
-        return cls._categorical_from_dict(data, mechanism, fields, common)
+            return cls._planar_from_dict(data, common, stored=stored)
+        return cls._categorical_from_dict(data, mechanism, common)
 
     @classmethod
     def _categorical_from_dict(
-        cls, data: dict, mechanism: str, fields: Mapping[str, Descriptor], common: dict
+        cls, data: dict[str, Any], mechanism: str, common: dict[str, Any]
     ) -> CampaignSpec:
         for field in _PLANAR_ONLY:
             if field in data:
                 raise SpecError(f"{field} applies only to planar_laplace", field=field)
         if "epsilon" not in data:
             raise SpecError("epsilon is required", field="epsilon")
-        epsilon = fields["epsilon"].check(data["epsilon"], "epsilon", SpecError)
+        epsilon = _CATEGORICAL_EPSILON.check(data["epsilon"], "epsilon", SpecError)
         if "domain" in data:
-            domain = tuple(fields["domain"].check(data["domain"], "domain", SpecError))
+            labels = _RR_LABELS if mechanism == RR else _LABELS
+            domain = tuple(labels.check(data["domain"], "domain", SpecError))
         elif mechanism == RR:
             domain = RR_DEFAULT_DOMAIN
         else:
@@ -203,14 +213,14 @@ class CampaignSpec:
 
     @classmethod
     def _planar_from_dict(
-        cls, data: dict, fields: Mapping[str, Descriptor], common: dict, *, stored: bool
+        cls, data: dict[str, Any], common: dict[str, Any], *, stored: bool
     ) -> CampaignSpec:
         if "domain" in data:
             raise SpecError("planar_laplace takes a region, not a domain", field="domain")
         region = cls._parse_region(data.get("region"), bound_distortion=not stored)
         if "cell_size_m" not in data:
             raise SpecError("cell_size_m is required for planar_laplace", field="cell_size_m")
-        cell = fields["cell_size_m"].check(data["cell_size_m"], "cell_size_m", SpecError)
+        cell = _CELL_SIZE.check(data["cell_size_m"], "cell_size_m", SpecError)
         grid = Grid(region, cell)
         if grid.n_cells > MAX_CELLS:
             raise SpecError(
@@ -223,12 +233,10 @@ class CampaignSpec:
             if "privacy_level" not in data or "privacy_radius_m" not in data:
                 field = "privacy_radius_m" if "privacy_level" in data else "privacy_level"
                 raise SpecError("privacy_level and privacy_radius_m go together", field=field)
-            level = fields["privacy_level"].check(data["privacy_level"], "privacy_level", SpecError)
-            radius = fields["privacy_radius_m"].check(
-                data["privacy_radius_m"], "privacy_radius_m", SpecError
-            )
+            level = _PRIVACY_LEVEL.check(data["privacy_level"], "privacy_level", SpecError)
+            radius = _PRIVACY_RADIUS.check(data["privacy_radius_m"], "privacy_radius_m", SpecError)
         if "epsilon" in data:
-            epsilon = fields["epsilon"].check(data["epsilon"], "epsilon", SpecError)
+            epsilon = _PLANAR_EPSILON.check(data["epsilon"], "epsilon", SpecError)
             if level is not None and not math.isclose(epsilon, level / radius, rel_tol=1e-12):
                 raise SpecError(
                     f"epsilon {epsilon!r} disagrees with privacy_level / privacy_radius_m "

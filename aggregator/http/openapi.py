@@ -19,7 +19,7 @@ from aggregator.http.estimates import CONFIDENCE, METHOD
 from aggregator.http.export import FORMAT
 from aggregator.http.routes import STATUS_UPDATE
 from aggregator.storage.store import STATUSES
-from shared.spec import CAMPAIGN_ID, REGION, SPEC_SCHEMAS
+from shared.spec import CAMPAIGN_ID, KRR, PLANAR_LAPLACE, REGION, RR, SPEC_SCHEMAS
 from shared.wire import DEFAULT_MAX_BATCH, REPORT, report_batch
 
 bp = flask.Blueprint("openapi", __name__, url_prefix="/api/v1")
@@ -31,7 +31,7 @@ _CAMPAIGN_REF = {"$ref": "#/components/schemas/Campaign"}
 # the admin token also stands in for.
 _ADMIN = [{"admin": []}]
 _ANALYST = [{"analyst": []}, {"admin": []}]
-_SPEC_VARIANTS = {"rr": "RRSpec", "krr": "KRRSpec", "planar_laplace": "PlanarSpec"}
+_SPEC_VARIANTS = {RR: "RRSpec", KRR: "KRRSpec", PLANAR_LAPLACE: "PlanarSpec"}
 
 
 def _json(schema: dict, description: str) -> dict:
@@ -121,7 +121,8 @@ def _spec_schemas() -> dict[str, Any]:
         schemas[f"{name[: -len('Spec')]}Campaign"] = {
             **spec,
             "properties": {**spec["properties"], **_SERVER_PROPERTIES},
-            "required": [*spec["required"], "epsilon", "status", "spec_hash"],
+            # A served spec always has its epsilon, whichever way it was given.
+            "required": [*dict.fromkeys([*spec["required"], "epsilon", "status", "spec_hash"])],
         }
     schemas["CampaignSpec"] = {
         "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in _SPEC_VARIANTS.values()]
@@ -275,7 +276,7 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
                                 "properties": {
                                     "campaigns": {
                                         "type": "array",
-                                        "items": {"$ref": "#/components/schemas/Campaign"},
+                                        "items": _CAMPAIGN_REF,
                                     }
                                 },
                             },
@@ -289,10 +290,8 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
                     "security": _ADMIN,
                     "requestBody": _json_body({"$ref": "#/components/schemas/CampaignSpec"}),
                     "responses": {
-                        "201": _json({"$ref": "#/components/schemas/Campaign"}, "Created"),
-                        "200": _json(
-                            {"$ref": "#/components/schemas/Campaign"}, "The same spec existed"
-                        ),
+                        "201": _json(_CAMPAIGN_REF, "Created"),
+                        "200": _json(_CAMPAIGN_REF, "The same spec existed"),
                         **_errors(400, 401, 403, 409, 413, 415, 422, 429),
                     },
                 },
@@ -302,7 +301,7 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
                 "get": {
                     "summary": "A campaign's spec and hash (public, for clients)",
                     "responses": {
-                        "200": _json({"$ref": "#/components/schemas/Campaign"}, "The campaign"),
+                        "200": _json(_CAMPAIGN_REF, "The campaign"),
                         **_errors(404, 429),
                     },
                 },
@@ -311,7 +310,7 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
                     "security": _ADMIN,
                     "requestBody": _json_body(STATUS_UPDATE.schema()),
                     "responses": {
-                        "200": _json({"$ref": "#/components/schemas/Campaign"}, "Updated"),
+                        "200": _json(_CAMPAIGN_REF, "Updated"),
                         **_errors(400, 401, 403, 404, 413, 415, 422, 429),
                     },
                 },
