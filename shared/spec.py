@@ -44,12 +44,12 @@ MAX_CELLS = 512 * 512
 
 # The fields of a spec, each described once: the parsing below checks values with these
 # descriptors and the server's OpenAPI document is generated from them.
+# Checked with fullmatch: "$" would also accept a trailing newline.
+ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 CAMPAIGN_ID = String(
-    pattern=r"[a-z0-9][a-z0-9_-]{0,63}",
+    pattern=ID_PATTERN.pattern,
     pattern_text="1-64 characters of a-z, 0-9, '-' or '_', starting with a letter or digit",
 )
-# Checked with fullmatch: "$" would also accept a trailing newline.
-ID_PATTERN = re.compile(CAMPAIGN_ID.pattern or "")
 _TITLE = String(max_length=MAX_TITLE_LENGTH)
 _ENROLLMENT_REQUIRED = Boolean(
     description="reports need a single-use enrollment token issued by the admin"
