@@ -105,7 +105,8 @@ class String:
     """A JSON string: length bounds, a pattern (matched whole), a set of values, or a UUID.
 
     ``format="uuid"`` accepts what :class:`uuid.UUID` parses (any case, with or
-    without hyphens or braces); the other bounds then do not apply.
+    without hyphens or braces) and returns it in canonical form (lower case,
+    hyphenated); the other bounds then do not apply.
     """
 
     min_length: int = 1
@@ -128,10 +129,9 @@ class String:
             raise error(f"{field} must be a string, got {type(value).__name__}", field=field)
         if self.format == "uuid":
             try:
-                uuid.UUID(value)
+                return str(uuid.UUID(value))
             except ValueError:
                 raise error(f"{field} must be a UUID", field=field) from None
-            return value
         if self.pattern is not None:
             if not re.fullmatch(self.pattern, value):
                 raise error(f"{field} must be {self.pattern_text or self.pattern}", field=field)
@@ -252,9 +252,10 @@ class Object:
         prefix = f"{field}." if field else ""
         if not isinstance(value, dict):
             raise error(f"{field or 'the body'} must be {self.noun}", field=field)
-        unknown = sorted(set(value) - set(self.properties))
+        unknown = value.keys() - self.properties.keys()
         if unknown:
-            raise error(f"unknown field {unknown[0]!r}", field=f"{prefix}{unknown[0]}")
+            first = min(unknown)
+            raise error(f"unknown field {first!r}", field=f"{prefix}{first}")
         for name in self.required:
             if name not in value:
                 raise error(f"{prefix}{name} is required", field=f"{prefix}{name}")

@@ -12,7 +12,6 @@ submission is refused if any report is invalid, naming the report's field.
 from __future__ import annotations
 
 import re
-import uuid
 from typing import Any
 
 from aggregator.storage.store import StoredReport
@@ -50,7 +49,7 @@ def _check_spec_hash(obj: dict, expected: str, field: str) -> None:
 def _report_id(raw: Any, field: str) -> str:
     if isinstance(raw, str) and _CANONICAL_UUID.fullmatch(raw):
         return raw  # already in the form uuid.UUID would give (the usual case, and fast)
-    return str(uuid.UUID(REPORT_ID.check(raw, field, ReportError)))
+    return REPORT_ID.check(raw, field, ReportError)
 
 
 def _enrollment_token(raw: dict, required: bool, field: str) -> str | None:
