@@ -25,15 +25,16 @@ from shared.errors import ReportError
 from shared.exactness import WEIGHT_UNIT, check_planar_epsilon, krr_weights
 from shared.geo import Grid
 from shared.rng import RandomSource, default_rng, randbelow, standard_exponential, uniform_angle
+from shared.schema import finite_number, is_positive_finite
 from shared.spec import KRR as KRR_NAME
-from shared.spec import PLANAR_LAPLACE, RR, RR_DEFAULT_DOMAIN, CampaignSpec, finite_number
+from shared.spec import PLANAR_LAPLACE, RR, RR_DEFAULT_DOMAIN, CampaignSpec
 
 
 def _check_epsilon(epsilon: Any) -> float:
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
         raise TypeError(f"epsilon must be a real number, got {type(epsilon).__name__}")
     epsilon = float(epsilon)
-    if not (math.isfinite(epsilon) and epsilon > 0):
+    if not is_positive_finite(epsilon):
         raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
     return epsilon
 

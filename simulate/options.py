@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from shared.geo import Region
+from shared.schema import is_positive_finite
 from shared.spec import KRR, PLANAR_LAPLACE, RR, CampaignSpec
 from simulate.runner import ALL_METHODS
 
@@ -37,7 +38,7 @@ def parse_epsilon(text: str) -> float:
             value = float(text)
     except (ValueError, ZeroDivisionError):
         raise click.BadParameter(f"{text!r} is not a number or ln(X)[/Y]") from None
-    if not (math.isfinite(value) and value > 0):
+    if not is_positive_finite(value):
         raise click.BadParameter(f"{text!r} is not a positive finite epsilon")
     return value
 
