@@ -36,7 +36,9 @@ FORGET_WARNING = (
 )
 
 
-class _PositiveFinite(click.ParamType):
+# click is generic in its converted type only from 8.4 on (this package supports 8.1), and a
+# subscripted base would fail there at import.
+class _PositiveFinite(click.ParamType):  # type: ignore[type-arg]
     """A finite number above 0 (``click.FloatRange`` lets NaN through)."""
 
     name = "number"

@@ -116,7 +116,7 @@ class QueuedReport:
 
     @property
     def report_id(self) -> str:
-        return self.payload["report_id"]
+        return str(self.payload["report_id"])
 
     def to_dict(self) -> dict[str, Any]:
         return {

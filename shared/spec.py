@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from shared.errors import SpecError
+from shared.errors import SpecError, ValidationError
 from shared.exactness import check_planar_epsilon, krr_weights
 from shared.geo import Grid, Region
 
@@ -60,7 +60,7 @@ _SPEC_FIELDS = frozenset(
 _REGION_FIELDS = ("lat_min", "lat_max", "lon_min", "lon_max")
 
 
-def finite_number(value: Any, field: str, error: type[SpecError] = SpecError) -> float:
+def finite_number(value: Any, field: str, error: type[ValidationError] = SpecError) -> float:
     """A JSON number as a finite float; booleans, strings, NaN and infinities are refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise error(f"{field} must be a number, got {type(value).__name__}", field=field)
@@ -148,7 +148,9 @@ class CampaignSpec:
         return cls._categorical_from_dict(data, mechanism, common)
 
     @classmethod
-    def _categorical_from_dict(cls, data: dict, mechanism: str, common: dict) -> CampaignSpec:
+    def _categorical_from_dict(
+        cls, data: dict[str, Any], mechanism: str, common: dict[str, Any]
+    ) -> CampaignSpec:
         for field in ("region", "cell_size_m", "privacy_level", "privacy_radius_m"):
             if field in data:
                 raise SpecError(f"{field} applies only to planar_laplace", field=field)
@@ -192,7 +194,9 @@ class CampaignSpec:
         return labels
 
     @classmethod
-    def _planar_from_dict(cls, data: dict, common: dict, *, stored: bool) -> CampaignSpec:
+    def _planar_from_dict(
+        cls, data: dict[str, Any], common: dict[str, Any], *, stored: bool
+    ) -> CampaignSpec:
         if "domain" in data:
             raise SpecError("planar_laplace takes a region, not a domain", field="domain")
         region = cls._parse_region(data.get("region"), bound_distortion=not stored)
@@ -217,13 +221,17 @@ class CampaignSpec:
             radius = _positive(data["privacy_radius_m"], "privacy_radius_m")
         if "epsilon" in data:
             epsilon = _positive(data["epsilon"], "epsilon")
-            if level is not None and not math.isclose(epsilon, level / radius, rel_tol=1e-12):
+            if (
+                level is not None
+                and radius is not None
+                and not math.isclose(epsilon, level / radius, rel_tol=1e-12)
+            ):
                 raise SpecError(
                     f"epsilon {epsilon!r} disagrees with privacy_level / privacy_radius_m "
                     f"= {level / radius!r}",
                     field="epsilon",
                 )
-        elif level is not None:
+        elif level is not None and radius is not None:
             epsilon = level / radius
         else:
             raise SpecError(
@@ -286,7 +294,7 @@ class CampaignSpec:
         return region
 
     @classmethod
-    def from_wire(cls, data: Any) -> tuple[CampaignSpec, dict]:
+    def from_wire(cls, data: Any) -> tuple[CampaignSpec, dict[str, Any]]:
         """Parse a spec as a server serves it: the spec plus server fields (status, hash)."""
         if not isinstance(data, dict):
             raise SpecError("a campaign spec must be a JSON object", field=None)
