@@ -145,7 +145,7 @@ _POISONING = {
 
 
 def _enrollment_tokens_path() -> dict[str, Any]:
-    admin = [{"bearer": []}]
+    admin: list[dict[str, list[str]]] = [{"bearer": []}]
     tokens = {
         "type": "object",
         "properties": {
@@ -255,7 +255,7 @@ def document() -> dict[str, Any]:
             },
         },
     }
-    admin = [{"bearer": []}]
+    admin: list[dict[str, list[str]]] = [{"bearer": []}]
     return {
         "openapi": "3.0.3",
         "info": {
