@@ -6,13 +6,15 @@ The order of :meth:`Reporter.report` is what makes the guarantees hold:
    be reached, fall back to the spec pinned at first use, or stop;
 2. refuse, before anything is spent or sent, a campaign above the
    per-report cap, a value outside the campaign's domain or region, a spec
-   that differs from the pinned one, a report that would exceed the budget;
+   that differs from the pinned one, a report that would exceed the budget
+   (:mod:`client.ledger`);
 3. derive the memoized noisy report (:mod:`client.memo`);
-4. in one atomic write of the state: pin the spec, charge the ledger, put the
-   payload on the queue with a fresh ``report_id``;
+4. in one atomic write of the state (:mod:`client.state`): pin the spec,
+   charge the ledger, put the payload on the queue with a fresh ``report_id``;
 5. send it; take it off the queue when the server acknowledges it (accepted
    or duplicate), keep it queued with a backoff if the server is unavailable,
-   move it to the rejected list if the server refuses it for good.
+   move it to the rejected list if the server refuses it for good
+   (:mod:`client.outbox`).
 
 A crash between 4 and 5 loses nothing: the next :meth:`Reporter.flush` sends
 the queued payload with its original ``report_id``, and the server counts a
