@@ -228,7 +228,8 @@ class CampaignSpec:
                 "allowed: use larger cells or a smaller region",
                 field="cell_size_m",
             )
-        level = radius = None
+        level: float | None = None
+        radius: float | None = None
         if "privacy_level" in data or "privacy_radius_m" in data:
             if "privacy_level" not in data or "privacy_radius_m" not in data:
                 field = "privacy_radius_m" if "privacy_level" in data else "privacy_level"
@@ -237,13 +238,17 @@ class CampaignSpec:
             radius = _PRIVACY_RADIUS.check(data["privacy_radius_m"], "privacy_radius_m", SpecError)
         if "epsilon" in data:
             epsilon = _PLANAR_EPSILON.check(data["epsilon"], "epsilon", SpecError)
-            if level is not None and not math.isclose(epsilon, level / radius, rel_tol=1e-12):
+            if (
+                level is not None
+                and radius is not None
+                and not math.isclose(epsilon, level / radius, rel_tol=1e-12)
+            ):
                 raise SpecError(
                     f"epsilon {epsilon!r} disagrees with privacy_level / privacy_radius_m "
                     f"= {level / radius!r}",
                     field="epsilon",
                 )
-        elif level is not None:
+        elif level is not None and radius is not None:
             epsilon = level / radius
         else:
             raise SpecError(
@@ -287,7 +292,7 @@ class CampaignSpec:
         return region
 
     @classmethod
-    def from_wire(cls, data: Any) -> tuple[CampaignSpec, dict]:
+    def from_wire(cls, data: Any) -> tuple[CampaignSpec, dict[str, Any]]:
         """Parse a spec as a server serves it: the spec plus server fields (status, hash)."""
         if not isinstance(data, dict):
             raise SpecError("a campaign spec must be a JSON object", field=None)

@@ -143,7 +143,7 @@ def parse_method(raw: str | None) -> str:
 
 def check_confidence(level: float) -> float:
     """``level`` if it is one of :data:`CONFIDENCE_LEVELS`, else a :class:`ValidationError`."""
-    return CONFIDENCE.values.check(level, CONFIDENCE.name, invalid_parameter)
+    return float(CONFIDENCE.values.check(level, CONFIDENCE.name, invalid_parameter))
 
 
 def parse_confidence(raw: str | None) -> float:

@@ -29,8 +29,8 @@ _NUMBER = {"type": "number"}
 _CAMPAIGN_REF = {"$ref": "#/components/schemas/Campaign"}
 # Who may call an endpoint: the admin token, or (for reading results) the analyst token, which
 # the admin token also stands in for.
-_ADMIN = [{"admin": []}]
-_ANALYST = [{"analyst": []}, {"admin": []}]
+_ADMIN: list[dict[str, list[str]]] = [{"admin": []}]
+_ANALYST: list[dict[str, list[str]]] = [{"analyst": []}, {"admin": []}]
 _SPEC_VARIANTS = {RR: "RRSpec", KRR: "KRRSpec", PLANAR_LAPLACE: "PlanarSpec"}
 
 
