@@ -25,18 +25,9 @@ from shared.errors import ReportError
 from shared.exactness import WEIGHT_UNIT, check_planar_epsilon, krr_weights
 from shared.geo import Grid
 from shared.rng import RandomSource, default_rng, randbelow, standard_exponential, uniform_angle
-from shared.schema import finite_number, is_positive_finite
+from shared.schema import finite_number, positive_finite
 from shared.spec import KRR as KRR_NAME
 from shared.spec import PLANAR_LAPLACE, RR, RR_DEFAULT_DOMAIN, CampaignSpec
-
-
-def _check_epsilon(epsilon: Any) -> float:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
-        raise TypeError(f"epsilon must be a real number, got {type(epsilon).__name__}")
-    value = float(epsilon)
-    if not is_positive_finite(value):
-        raise ValueError(f"epsilon must be finite and > 0, got {value!r}")
-    return value
 
 
 class Mechanism(ABC):
@@ -114,7 +105,7 @@ class KRR(Mechanism):
     name = KRR_NAME
 
     def __init__(self, *, epsilon: float, domain: Sequence[str]):
-        self.epsilon = _check_epsilon(epsilon)
+        self.epsilon = positive_finite(epsilon, "epsilon")
         if isinstance(domain, str) or not isinstance(domain, Sequence):
             raise TypeError("domain must be a sequence of labels")
         labels = tuple(domain)
@@ -242,7 +233,7 @@ class PlanarLaplace(Mechanism):
     name = PLANAR_LAPLACE
 
     def __init__(self, *, epsilon: float, grid: Grid):
-        self.epsilon = _check_epsilon(epsilon)
+        self.epsilon = positive_finite(epsilon, "epsilon")
         if not isinstance(grid, Grid):
             raise TypeError("grid must be a shared.geo.Grid")
         check_planar_epsilon(self.epsilon, grid)

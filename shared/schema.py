@@ -37,6 +37,18 @@ def is_positive_finite(value: Any) -> bool:
         return False
 
 
+def positive_finite(value: Any, name: str) -> float:
+    """``value`` as a float if it is a real number, finite and > 0, for a constructor's argument.
+
+    TypeError for a non-number (booleans included), ValueError for one out of range.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    if not is_positive_finite(value):
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+    return float(value)
+
+
 def finite_number(value: Any, field: str, error: ErrorType = ValidationError) -> float:
     """A JSON number as a finite float; booleans, strings, NaN and infinities are refused."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
