@@ -63,7 +63,9 @@ class _SessionInterface(SecureCookieSessionInterface):
     that says so: ``TRUSTED_PROXIES``).
     """
 
-    def open_session(self, app: flask.Flask, request: flask.Request) -> SessionMixin | None:
+    def open_session(  # type: ignore[override]  # the API's null session is a SessionMixin too
+        self, app: flask.Flask, request: flask.Request
+    ) -> SessionMixin | None:
         if request.path.startswith("/api/"):
             return self.null_session_class()
         return super().open_session(app, request)
@@ -96,7 +98,7 @@ def create_app(test_config: Settings | Mapping[str, Any] | None = None) -> flask
     app.config["RATELIMIT_STORAGE_URI"] = settings.ratelimit_storage_uri or _limiter_storage(
         settings.redis_url
     )
-    app.json.sort_keys = False
+    app.json.sort_keys = False  # type: ignore[attr-defined]  # Flask's default JSON provider
     app.session_interface = _SessionInterface()
     proxies = settings.trusted_proxies
     if proxies:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -42,6 +41,7 @@ from aggregator.storage.redis_server import (
 )
 from aggregator.storage.retention import DAY_S
 from aggregator.storage.store import DEFAULT_CAMPAIGN_MAX_REPORTS, DEFAULT_REPORT_ID_TTL_S
+from shared.schema import is_positive_finite
 
 ENV_PREFIX = "LDP_"
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -145,25 +145,36 @@ def _whole(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
     return convert
 
 
-def _number(minimum: float, *, above: bool, maximum: float | None = None) -> Callable[[Any], float]:
-    """A finite number ``> minimum`` (``above``) or ``>= minimum``, and ``<= maximum``."""
+def _real(value: Any) -> int | float:
+    """A real number (not a bool) from a number or its text."""
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            raise _Bad from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Bad
+    return value
+
+
+def _positive(maximum: float | None = None) -> Callable[[Any], float]:
+    """A number finite and > 0 (and ``<= maximum``)."""
 
     def convert(value: Any) -> float:
-        if isinstance(value, str):
-            try:
-                value = float(value.strip())
-            except ValueError:
-                raise _Bad from None
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        number = _real(value)
+        if not is_positive_finite(number) or (maximum is not None and number > maximum):
             raise _Bad
-        value = float(value)
-        if not math.isfinite(value) or value < minimum or (above and value == minimum):
-            raise _Bad
-        if maximum is not None and value > maximum:
-            raise _Bad
-        return value
+        return float(number)
 
     return convert
+
+
+def _zero_or_positive(value: Any) -> float:
+    """A number finite and >= 0."""
+    number = _real(value)
+    if number != 0 and not is_positive_finite(number):
+        raise _Bad
+    return float(number)
 
 
 def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
@@ -215,7 +226,7 @@ def _origins(value: Any) -> str | tuple[str, ...]:
 
 
 def _retention_days(value: Any) -> float | None:
-    days = _number(0.0, above=False)(value)
+    days = _zero_or_positive(value)
     return None if days == 0 else days
 
 
@@ -226,8 +237,7 @@ TEXT = Kind("text", "a non-empty string", _non_empty_text)
 OPTIONAL_TEXT = Kind("text or unset", "a string or unset", _text, optional=True)
 RATE_LIMIT = Kind("rate limit", "a rate limit such as '600 per minute'", _rate_limit)
 PORT = Kind("whole number", "a port number from 0 to 65535", _whole(0, 65535))
-SECONDS = Kind("seconds", "a finite number of seconds >= 0", _number(0.0, above=False))
-POSITIVE_SECONDS = Kind("seconds", "a finite number of seconds > 0", _number(0.0, above=True))
+SECONDS = Kind("seconds", "a finite number of seconds >= 0", _zero_or_positive)
 POSITIVE_WHOLE = Kind("whole number", "a whole number >= 1", _whole(1))
 COUNT = Kind("whole number", "a whole number >= 0", _whole(0))
 
@@ -298,7 +308,7 @@ class Settings:
         Kind(
             "number",
             "a number > 0 and <= 1",
-            _number(0.0, above=True, maximum=1.0),
+            _positive(maximum=1.0),
         ),
         DEFAULT_HIGH_WATER,
         "share of Redis's `maxmemory` above which new reports are refused (507)",
@@ -410,7 +420,7 @@ class Settings:
         Kind(
             "seconds or unset",
             "a finite number of seconds > 0 or null",
-            _number(0.0, above=True),
+            _positive(),
             optional=True,
         ),
         DEFAULT_TIMEOUT_S,

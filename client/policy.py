@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
+from shared.schema import positive_finite
 from shared.spec import PLANAR_LAPLACE, CampaignSpec
 
 # Conservative defaults: a per-report cap of 2 admits randomized response at
@@ -38,15 +38,6 @@ DEFAULT_MAX_EPSILON = 2.0
 DEFAULT_TOTAL_BUDGET = 10.0
 # The distance within which a user wants two locations of theirs to look alike.
 DEFAULT_LOCATION_RADIUS_M = 200.0
-
-
-def _positive_finite(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    number = float(value)
-    if not (math.isfinite(number) and number > 0):
-        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-    return number
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,13 +63,13 @@ class Policy:
 
     def __post_init__(self) -> None:
         for name in ("max_epsilon", "total_budget", "location_radius_m"):
-            object.__setattr__(self, name, _positive_finite(getattr(self, name), name))
+            object.__setattr__(self, name, positive_finite(getattr(self, name), name))
 
     def cost(self, spec: CampaignSpec) -> float:
         """The epsilon one new report in this campaign spends."""
         if spec.mechanism != PLANAR_LAPLACE:
             return spec.epsilon
-        projected_radius = spec.region.ground_distortion() * self.location_radius_m
+        projected_radius = spec.grid.region.ground_distortion() * self.location_radius_m
         return spec.epsilon * worst_centre_distance_m(spec, projected_radius)
 
     def to_dict(self) -> dict[str, float]:

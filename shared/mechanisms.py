@@ -25,17 +25,9 @@ from shared.errors import ReportError
 from shared.exactness import WEIGHT_UNIT, check_planar_epsilon, krr_weights
 from shared.geo import Grid
 from shared.rng import RandomSource, default_rng, randbelow, standard_exponential, uniform_angle
+from shared.schema import finite_number, positive_finite
 from shared.spec import KRR as KRR_NAME
-from shared.spec import PLANAR_LAPLACE, RR, RR_DEFAULT_DOMAIN, CampaignSpec, finite_number
-
-
-def _check_epsilon(epsilon: Any) -> float:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
-        raise TypeError(f"epsilon must be a real number, got {type(epsilon).__name__}")
-    epsilon = float(epsilon)
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
-    return epsilon
+from shared.spec import PLANAR_LAPLACE, RR, RR_DEFAULT_DOMAIN, CampaignSpec
 
 
 class Mechanism(ABC):
@@ -80,6 +72,8 @@ class Mechanism(ABC):
     def from_spec(spec: CampaignSpec) -> Mechanism:
         if spec.mechanism == PLANAR_LAPLACE:
             return PlanarLaplace(epsilon=spec.epsilon, grid=spec.grid)
+        if spec.domain is None:
+            raise ValueError(f"campaign {spec.id!r} ({spec.mechanism}) has no domain")
         if spec.mechanism == RR:
             return RandomizedResponse(epsilon=spec.epsilon, domain=spec.domain)
         return KRR(epsilon=spec.epsilon, domain=spec.domain)
@@ -111,7 +105,7 @@ class KRR(Mechanism):
     name = KRR_NAME
 
     def __init__(self, *, epsilon: float, domain: Sequence[str]):
-        self.epsilon = _check_epsilon(epsilon)
+        self.epsilon = positive_finite(epsilon, "epsilon")
         if isinstance(domain, str) or not isinstance(domain, Sequence):
             raise TypeError("domain must be a sequence of labels")
         labels = tuple(domain)
@@ -239,7 +233,7 @@ class PlanarLaplace(Mechanism):
     name = PLANAR_LAPLACE
 
     def __init__(self, *, epsilon: float, grid: Grid):
-        self.epsilon = _check_epsilon(epsilon)
+        self.epsilon = positive_finite(epsilon, "epsilon")
         if not isinstance(grid, Grid):
             raise TypeError("grid must be a shared.geo.Grid")
         check_planar_epsilon(self.epsilon, grid)

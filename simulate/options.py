@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from shared.geo import Region
+from shared.schema import is_positive_finite
 from shared.spec import KRR, PLANAR_LAPLACE, RR, CampaignSpec
 from simulate.runner import ALL_METHODS
 
@@ -37,7 +38,7 @@ def parse_epsilon(text: str) -> float:
             value = float(text)
     except (ValueError, ZeroDivisionError):
         raise click.BadParameter(f"{text!r} is not a number or ln(X)[/Y]") from None
-    if not (math.isfinite(value) and value > 0):
+    if not is_positive_finite(value):
         raise click.BadParameter(f"{text!r} is not a positive finite epsilon")
     return value
 
@@ -105,7 +106,7 @@ def parse_region(text: str) -> Region:
         raise click.BadParameter("the region's bounds must be numbers") from None
     spec["region"] = dict(zip(("lat_min", "lat_max", "lon_min", "lon_max"), values, strict=True))
     # Parsed as part of a throw-away spec: the region gets exactly a campaign's checks.
-    return CampaignSpec.from_dict(spec).region
+    return CampaignSpec.from_dict(spec).grid.region
 
 
 def option_group(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -26,7 +26,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
 import flask
@@ -35,13 +35,16 @@ from aggregator.http import auth
 from aggregator.http.errors import error_response
 from aggregator.services import SETTINGS_EXTENSION, current_settings, get_store
 
+if TYPE_CHECKING:
+    from flask.sansio.app import App
+
 CSRF_FIELD = "csrf_token"
 _DERIVATION_LABEL = b"ldp-dashboard-session-key"
 
 F = TypeVar("F", bound=Callable)
 
 
-def configure(app: flask.Flask) -> None:
+def configure(app: App) -> None:
     """Give the app what the dashboard's cookie needs, keeping what the operator set."""
     config = app.config
     if not config.get("SECRET_KEY"):

@@ -32,10 +32,12 @@ from aggregator.estimation import (
     poisoning,
 )
 from aggregator.http.errors import APIError
+from aggregator.http.parameters import QueryParameter, invalid_parameter
 from aggregator.storage.locks import Lock
 from aggregator.storage.store import Campaign, CampaignStore
 from shared.errors import ValidationError
 from shared.mechanisms import Mechanism, PlanarLaplace
+from shared.schema import Number, String, is_positive_finite
 
 DEFAULT_METHOD = "ibu"
 DEFAULT_CONFIDENCE = 0.95
@@ -125,25 +127,23 @@ def output_labels(mechanism: Mechanism) -> list[str]:
     return [mechanism.report_value(y) for y in range(mechanism.n_outputs)]
 
 
-def parse_method(raw: str) -> str:
-    if raw not in METHODS:
-        raise ValidationError(
-            f"method must be one of {', '.join(METHODS)}, got {raw!r}",
-            field="method",
-            code="invalid_parameter",
-        )
-    return raw
+METHOD = QueryParameter("method", String(enum=METHODS), DEFAULT_METHOD)
+CONFIDENCE = QueryParameter(
+    "confidence",
+    Number(enum=CONFIDENCE_LEVELS),
+    DEFAULT_CONFIDENCE,
+    description="the intervals' confidence level; 0.950 is 0.95",
+)
+
+
+def parse_method(raw: str | None) -> str:
+    """The estimation method from a query string; ``ibu`` by default."""
+    return METHOD.parse(raw)
 
 
 def check_confidence(level: float) -> float:
     """``level`` if it is one of :data:`CONFIDENCE_LEVELS`, else a :class:`ValidationError`."""
-    if level not in CONFIDENCE_LEVELS:
-        raise ValidationError(
-            f"confidence must be one of {', '.join(map(str, CONFIDENCE_LEVELS))}",
-            field="confidence",
-            code="invalid_parameter",
-        )
-    return level
+    return float(CONFIDENCE.values.check(level, CONFIDENCE.name, invalid_parameter))
 
 
 def parse_confidence(raw: str | None) -> float:
@@ -153,13 +153,7 @@ def parse_confidence(raw: str | None) -> float:
     0.95; ``0.9500001`` is refused), so that callers cannot multiply the
     estimates computed and cached for a campaign.
     """
-    if raw is None:
-        return DEFAULT_CONFIDENCE
-    try:
-        level = float(raw)
-    except ValueError:
-        level = math.nan
-    return check_confidence(level)
+    return CONFIDENCE.parse(raw)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,12 +170,7 @@ class EstimateLimits:
             raise ValueError(f"ESTIMATE_MAX_WORK must be an integer, got {self.max_work!r}")
         if self.max_work is not None and self.max_work < 1:
             raise ValueError(f"ESTIMATE_MAX_WORK must be at least 1, got {self.max_work!r}")
-        if self.timeout_s is not None and not (
-            isinstance(self.timeout_s, int | float)
-            and not isinstance(self.timeout_s, bool)
-            and math.isfinite(self.timeout_s)
-            and self.timeout_s > 0
-        ):
+        if self.timeout_s is not None and not is_positive_finite(self.timeout_s):
             raise ValueError(
                 f"ESTIMATE_TIMEOUT_S must be a positive number, got {self.timeout_s!r}"
             )

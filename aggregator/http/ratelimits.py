@@ -29,10 +29,11 @@ def limit_public_views(app: flask.Flask, limiter: Limiter) -> None:
     app.config.setdefault("RATELIMIT_PUBLIC", DEFAULT_PUBLIC_LIMIT)
     app.config.setdefault("RATELIMIT_LOGIN", DEFAULT_LOGIN_LIMIT)
     for view in PUBLIC_VIEWS:
-        app.view_functions[view] = limiter.limit(_setting("RATELIMIT_PUBLIC"))(
+        # flask-limiter's decorator is typed for async views too; these are sync.
+        app.view_functions[view] = limiter.limit(_setting("RATELIMIT_PUBLIC"))(  # type: ignore[assignment]
             app.view_functions[view]
         )
     if LOGIN_VIEW in app.view_functions:
-        app.view_functions[LOGIN_VIEW] = limiter.limit(_setting("RATELIMIT_LOGIN"))(
+        app.view_functions[LOGIN_VIEW] = limiter.limit(_setting("RATELIMIT_LOGIN"))(  # type: ignore[assignment]
             app.view_functions[LOGIN_VIEW]
         )
