@@ -8,7 +8,7 @@ import math
 import pytest
 
 from aggregator.http.estimates import EstimateLimits
-from aggregator.storage.retention import retention_seconds
+from aggregator.settings import Settings
 from shared.errors import SpecError, ValidationError
 from shared.schema import Array, Boolean, Number, Object, OneOf, String, is_positive_finite
 
@@ -40,7 +40,7 @@ def test_settings_checked_with_the_positive_finite_helper_refuse_huge_integers_c
     with pytest.raises(ValueError, match="ESTIMATE_TIMEOUT_S"):
         EstimateLimits(timeout_s=10**400)
     with pytest.raises(ValueError, match="RETENTION_DAYS"):
-        retention_seconds(10**400)
+        Settings.from_mapping({"RETENTION_DAYS": 10**400})
 
 
 def refused(descriptor, value, field="f", error=ValidationError) -> ValidationError:
