@@ -20,8 +20,9 @@ import scipy.fft
 if TYPE_CHECKING:
     from aggregator.estimation.channels import PlanarLaplaceChannel
 
-# Threads per transform. One: the aggregator already runs estimates side by side (workers
-# and their thread pools), and the planar grids' transforms are small; see BENCHMARKS.md.
+# Threads per transform. One: the aggregator already runs estimates side by side (workers and
+# their thread pools), and two threads made a 40 x 40 grid's transforms slower, not faster, on
+# the benchmark machine (80 x 80 transforms are too small to share).
 DEFAULT_WORKERS = 1
 
 
@@ -119,7 +120,7 @@ class IBUSteps(GridSteps):
         backward += channel._last_row @ (ratio[rows - 1, :cols] - ratio[rows - 1, 1:])
         backward *= p
         backward /= backward.sum()
-        change = float(np.max(np.abs(backward - p)))
+        change = float(abs(backward - p).max())
         self._p = backward
         return change
 
