@@ -919,6 +919,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="run only these parts (repeatable); BENCHMARKS.md is written only by a full run",
     )
     parser.add_argument("--no-write", action="store_true", help="do not touch BENCHMARKS.md")
+    parser.add_argument(
+        "--note",
+        action="append",
+        default=[],
+        help="a note on the run for the section (repeatable), e.g. that the machine was shared",
+    )
     parser.add_argument("--child-planar", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--child-qif", nargs=5, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -938,7 +944,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("Error: --repeats must be >= 1", file=sys.stderr)
         return 2
     cfg = Config.smoke(args.repeats or 2) if args.quick else Config.full(args.repeats or 5)
-    report = Report()
+    report = Report(notes=list(args.note))
     started = time.perf_counter()
     for name in args.only or SECTIONS:
         RUNNERS[name](cfg, report)
