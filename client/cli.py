@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 from typing import Any
 
 import click
@@ -24,6 +23,7 @@ from client.policy import (
 from client.reporter import DRY_RUN, DUPLICATE, QUEUED, Reporter
 from client.transport import DEFAULT_TIMEOUT
 from shared.errors import LDPError, ValidationError
+from shared.schema import is_positive_finite
 from shared.terminal import printable
 
 FORGET_WARNING = (
@@ -46,7 +46,7 @@ class _PositiveFinite(click.ParamType):
             number = float(value)
         except (TypeError, ValueError):
             self.fail(f"{value!r} is not a number", param, ctx)
-        if not (math.isfinite(number) and number > 0):
+        if not is_positive_finite(number):
             self.fail(f"{value!r} is not a finite number above 0", param, ctx)
         return number
 

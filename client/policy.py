@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from shared.schema import is_positive_finite
 from shared.spec import PLANAR_LAPLACE, CampaignSpec
 
 # Conservative defaults: a per-report cap of 2 admits randomized response at
@@ -44,7 +45,7 @@ def _positive_finite(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     number = float(value)
-    if not (math.isfinite(number) and number > 0):
+    if not is_positive_finite(number):
         raise ValueError(f"{name} must be finite and > 0, got {value!r}")
     return number
 

@@ -63,6 +63,7 @@ from aggregator.estimation import IBU, MatrixInversion, channel_for, channels, f
 from scripts.benchlib import write_section  # noqa: E402
 from shared.geo import EARTH_RADIUS_M, Grid, Region  # noqa: E402
 from shared.mechanisms import KRR, PlanarLaplace  # noqa: E402
+from simulate.sampling import sample  # noqa: E402
 
 SECTION = "core"
 SECTIONS = ("qif", "big-grid", "krr-ibu", "perturb", "peers", "stopping")
@@ -305,7 +306,7 @@ def planar_data(cells: int, users: int, seed: int) -> tuple[PlanarLaplace, np.nd
     generator = np.random.default_rng(1000 + seed)
     probabilities = clustered_city(mechanism.grid, seed)
     truth = generator.choice(probabilities.size, size=users, p=probabilities)
-    reports = mechanism.sample(truth, generator)
+    reports = sample(mechanism, truth, generator)
     n_cells = mechanism.grid.n_cells
     return (
         mechanism,
@@ -566,7 +567,7 @@ def bench_krr_ibu(cfg: Config, report: Report) -> None:
     mechanism = krr_mechanism(k, 1.0)
     generator = np.random.default_rng(0)
     truth = generator.choice(k, size=cfg.krr_users, p=zipf(k))
-    counts = np.bincount(mechanism.sample(truth, generator), minlength=k).astype(float)
+    counts = np.bincount(sample(mechanism, truth, generator), minlength=k).astype(float)
     channel = channel_for(mechanism)
     fixed = IBU(stopping="tolerance", tol=0.0, max_iter=iterations)
     for path in estimation_paths():
@@ -601,7 +602,7 @@ def bench_perturb(cfg: Config, report: Report) -> None:
     mechanism = krr_mechanism(k, 1.0)
     generator = np.random.default_rng(0)
     users = generator.integers(0, k, size=cfg.perturb_users)
-    seconds, _ = median_seconds(lambda: mechanism.sample(users, generator), cfg.repeats)
+    seconds, _ = median_seconds(lambda: sample(mechanism, users, generator), cfg.repeats)
     report.target(
         f"vectorised k-RR perturbation, {cfg.perturb_users:,} users, k = {k}",
         seconds_text(seconds),
@@ -694,7 +695,7 @@ def bench_peers(cfg: Config, report: Report) -> None:
     for repeat in range(cfg.peer_repeats):
         generator = np.random.default_rng(500 + repeat)
         truth = generator.choice(k, size=n, p=zipf(k))
-        reports = mechanism.sample(truth, generator).tolist()
+        reports = sample(mechanism, truth, generator).tolist()
         true_frequencies = np.bincount(truth, minlength=k) / n
         for i, (_, _, run) in enumerate(estimators):
             if repeat == 0:
@@ -732,11 +733,11 @@ def bench_peers(cfg: Config, report: Report) -> None:
         )
     ]
     many = generator.choice(k, size=max(n, 10**6), p=zipf(k))
-    vector_seconds, _ = median_seconds(lambda: mechanism.sample(many, generator), cfg.repeats)
+    vector_seconds, _ = median_seconds(lambda: sample(mechanism, many, generator), cfg.repeats)
     perturb_rows.append(
         (
             "ours",
-            "`KRR.sample` (vectorised, simulation only)",
+            "`simulate.sampling.sample` (vectorised, simulation only)",
             "numpy PCG64",
             f"{vector_seconds / many.size * 1e6:.3f}",
         )
@@ -779,7 +780,7 @@ def bench_peers(cfg: Config, report: Report) -> None:
         f"### Peers on k-RR (k = {k}, epsilon = {epsilon:g}, n = {n:,} users, Zipf(1.1) truth, "
         f"{cfg.peer_repeats} repeats)",
         "",
-        "Every estimator gets the same noisy reports (drawn with our `KRR.sample`) as a list of "
+        "Every estimator gets the same noisy reports (drawn with our `simulate.sampling.sample`) as a list of "
         "category indices, and its time includes counting them. MSE is the mean over categories "
         "of the squared error against the users' true frequencies, averaged over repeats; time "
         "is the median, and so is our IBU's iteration count (the peers do not report theirs).",

@@ -63,11 +63,12 @@ if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project i
 from aggregator.estimation import channel_for, estimate  # noqa: E402
 from aggregator.estimation.estimators import default_estimator  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
-from scripts.reproduce_gowalla import data_region, square_region  # noqa: E402
 from shared.geo import Grid  # noqa: E402
 from shared.mechanisms import KRR, Mechanism, PlanarLaplace, RandomizedResponse  # noqa: E402
 from simulate.metrics import earth_movers_distance, total_variation  # noqa: E402
 from simulate.populations import Population, cell_labels  # noqa: E402
+from simulate.reproduce import data_region, square_region  # noqa: E402
+from simulate.sampling import sample  # noqa: E402
 
 SECTION = "estimators"
 DOC = ROOT / "docs" / "estimation.md"
@@ -105,7 +106,7 @@ class Case:
         else:
             truth_counts = generator.multinomial(self.n, self.truth)
             users = np.repeat(np.arange(self.truth.size), truth_counts)
-        outputs = self.mechanism.sample(users, generator)
+        outputs = sample(self.mechanism, users, generator)
         counts = np.bincount(outputs, minlength=self.mechanism.n_outputs).astype(float)
         return counts, truth_counts / truth_counts.sum()
 
@@ -304,7 +305,7 @@ def timing_rows(repeats: int) -> list[tuple[str, int, float, float, str]]:
         ("k-RR k = 1,000, eps = 2, Zipf(1.1), 10^5 reports", krr, zipf, "< 0.5 s"),
     ):
         users = np.repeat(np.arange(truth.size), generator.multinomial(100_000, truth))
-        counts = np.bincount(mechanism.sample(users, generator), minlength=truth.size)
+        counts = np.bincount(sample(mechanism, users, generator), minlength=truth.size)
         channel = channel_for(mechanism)
         point = median_seconds(lambda c=channel, y=counts: default_estimator(c).fit(y, c), repeats)
         full = median_seconds(

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from aggregator.estimation import poisoning  # noqa: E402
 from shared.mechanisms import KRR  # noqa: E402
+from simulate.sampling import sample  # noqa: E402
 
 K, N = 100, 100_000
 FAKE_SHARES = (0.01, 0.02, 0.05)
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         flags = dict.fromkeys((0.0, *FAKE_SHARES), 0)
         for _ in range(args.runs):
             true_values = generator.choice(K, size=N, p=population)
-            counts = np.bincount(mechanism.sample(true_values, generator), minlength=K)
+            counts = np.bincount(sample(mechanism, true_values, generator), minlength=K)
             for share in flags:
                 poisoned = counts.copy()
                 poisoned[K - 1] += round(share * N)

@@ -7,8 +7,6 @@ true x)`` (rows sum to 1). Every mechanism offers:
 * ``perturb(value, rng)``: one user's report, sampled on the device from a
   CSPRNG (``secrets.SystemRandom`` unless a source is injected) with exact
   integer arithmetic for discrete choices. Standard library only.
-* ``sample(x, generator)``: the vectorised sampler for simulation (numpy
-  ``Generator``; numpy is imported only when this is called).
 * ``report_value(y)`` / ``parse_report_value(raw)``: the wire form of a report
   and its validation on the server.
 
@@ -27,21 +25,25 @@ from shared.errors import ReportError
 from shared.exactness import WEIGHT_UNIT, check_planar_epsilon, krr_weights
 from shared.geo import Grid
 from shared.rng import RandomSource, default_rng, randbelow, standard_exponential, uniform_angle
+from shared.schema import finite_number, is_positive_finite
 from shared.spec import KRR as KRR_NAME
-from shared.spec import PLANAR_LAPLACE, RR, RR_DEFAULT_DOMAIN, CampaignSpec, finite_number
+from shared.spec import PLANAR_LAPLACE, RR, RR_DEFAULT_DOMAIN, CampaignSpec
 
 
 def _check_epsilon(epsilon: Any) -> float:
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
         raise TypeError(f"epsilon must be a real number, got {type(epsilon).__name__}")
     epsilon = float(epsilon)
-    if not (math.isfinite(epsilon) and epsilon > 0):
+    if not is_positive_finite(epsilon):
         raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
     return epsilon
 
 
 class Mechanism(ABC):
-    """One LDP mechanism: parameters, on-device sampler, vectorised sampler, wire form."""
+    """One LDP mechanism: parameters, on-device sampler, wire form.
+
+    The vectorised samplers for simulation are in :mod:`simulate.sampling`.
+    """
 
     name: ClassVar[str]
     epsilon: float
@@ -69,10 +71,6 @@ class Mechanism(ABC):
     @abstractmethod
     def parse_report_value(self, raw: Any, field: str = "value") -> int:
         """The output index of a wire value; :class:`ReportError` if it is not a valid report."""
-
-    @abstractmethod
-    def sample(self, x, generator):
-        """Vectorised: output indices for an integer array of input indices."""
 
     def perturb(self, value: Any, rng: RandomSource | None = None) -> Any:
         """One user's noisy report, as it goes on the wire."""
@@ -187,15 +185,6 @@ class KRR(Mechanism):
         except KeyError:
             raise ReportError(f"{field} is not one of the campaign's labels", field=field) from None
 
-    def sample(self, x, generator):
-        import numpy as np
-
-        x = np.asarray(x, dtype=np.int64)
-        keep = generator.random(x.shape) < self.p_keep
-        other = generator.integers(0, self.k - 1, size=x.shape, dtype=np.int64)
-        other += other >= x
-        return np.where(keep, x, other)
-
 
 class RandomizedResponse(KRR):
     r"""Binary randomized response (Warner 1965): k-RR with two labels.
@@ -303,18 +292,3 @@ class PlanarLaplace(Mechanism):
                 f"{field} is not the centre of a cell of the campaign's report grid", field=field
             )
         return index
-
-    def sample(self, x, generator):
-        import numpy as np
-
-        x = np.asarray(x, dtype=np.int64)
-        grid = self.grid
-        cell = grid.cell_size_m
-        row, col = np.divmod(x, grid.cols)
-        radius = generator.gamma(2.0, 1.0 / self.epsilon, size=x.shape)
-        theta = generator.uniform(0.0, 2.0 * np.pi, size=x.shape)
-        px = (col + 0.5) * cell + radius * np.cos(theta)
-        py = (row + 0.5) * cell + radius * np.sin(theta)
-        out_col = np.clip(np.floor(px / cell), 0, grid.cols - 1).astype(np.int64)
-        out_row = np.clip(np.floor(py / cell), 0, grid.rows - 1).astype(np.int64)
-        return out_row * grid.cols + out_col

@@ -13,13 +13,14 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
 from shared.errors import SpecError
 from shared.exactness import check_planar_epsilon, krr_weights
 from shared.geo import Grid, Region
+from shared.schema import Array, Boolean, Descriptor, Number, Object, String
 
 RR = "rr"
 KRR = "krr"
@@ -34,58 +35,110 @@ MAX_TITLE_LENGTH = 200
 # Categorical epsilon above this gives no meaningful protection.
 MAX_EPSILON = 50.0
 MIN_CELL_SIZE_M = 1.0
+# The planar projection is not supported nearer the poles.
+MAX_LATITUDE = 85.0
 # A region's projected distances may overstate great-circle ones by at most this factor (the
 # client charges the factor; see Region.projection_distortion).
 MAX_PROJECTION_DISTORTION = 1.1
 MAX_CELLS = 512 * 512
+
+# The fields of a spec, each described once: the parsing below checks values with these
+# descriptors and the server's OpenAPI document is generated from them.
 # Checked with fullmatch: "$" would also accept a trailing newline.
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+CAMPAIGN_ID = String(
+    pattern=ID_PATTERN.pattern,
+    pattern_text="1-64 characters of a-z, 0-9, '-' or '_', starting with a letter or digit",
+)
+_TITLE = String(max_length=MAX_TITLE_LENGTH)
+_ENROLLMENT_REQUIRED = Boolean(
+    description="reports need a single-use enrollment token issued by the admin"
+)
+_CATEGORICAL_EPSILON = Number(
+    minimum=0,
+    exclusive_minimum=True,
+    maximum=MAX_EPSILON,
+    description="local-DP parameter; with the domain size, within the limits of the "
+    "device's integer sampler",
+)
+_LABELS = Array(
+    String(max_length=MAX_LABEL_LENGTH),
+    min_items=MIN_DOMAIN,
+    max_items=MAX_DOMAIN,
+    unique_items=True,
+    noun="labels",
+)
+_RR_LABELS = replace(
+    _LABELS, min_items=2, max_items=2, description=f"default {list(RR_DEFAULT_DOMAIN)}"
+)
+_LATITUDE = Number(minimum=-MAX_LATITUDE, maximum=MAX_LATITUDE)
+_LONGITUDE = Number(minimum=-180, maximum=180)
+REGION = Object(
+    {"lat_min": _LATITUDE, "lat_max": _LATITUDE, "lon_min": _LONGITUDE, "lon_max": _LONGITUDE},
+    required=("lat_min", "lat_max", "lon_min", "lon_max"),
+    description="degrees (WGS84); each minimum below its maximum, and small enough that the "
+    f"planar projection overstates distances by at most {MAX_PROJECTION_DISTORTION}",
+)
+_PLANAR_EPSILON = Number(
+    minimum=0,
+    exclusive_minimum=True,
+    description="per metre; or give privacy_level with privacy_radius_m (epsilon = level / "
+    "radius); bounded by the grid's extent and cell size",
+)
+_CELL_SIZE = Number(minimum=MIN_CELL_SIZE_M, description=f"at most {MAX_CELLS} cells in the region")
+_PRIVACY_LEVEL = Number(minimum=0, exclusive_minimum=True, description="with privacy_radius_m")
+_PRIVACY_RADIUS = Number(minimum=0, exclusive_minimum=True, description="with privacy_level")
+MECHANISM = String(enum=MECHANISMS)
+_COMMON: dict[str, Descriptor] = {
+    "id": CAMPAIGN_ID,
+    "title": _TITLE,
+    "enrollment_required": _ENROLLMENT_REQUIRED,
+}
+# Each mechanism's spec as one object: what the server's OpenAPI document shows.
+SPEC_SCHEMAS = {
+    RR: Object(
+        {
+            **_COMMON,
+            "mechanism": String(enum=(RR,)),
+            "epsilon": _CATEGORICAL_EPSILON,
+            "domain": _RR_LABELS,
+        },
+        required=("id", "title", "mechanism", "epsilon"),
+        description="Binary randomized response",
+    ),
+    KRR: Object(
+        {
+            **_COMMON,
+            "mechanism": String(enum=(KRR,)),
+            "epsilon": _CATEGORICAL_EPSILON,
+            "domain": _LABELS,
+        },
+        required=("id", "title", "mechanism", "epsilon", "domain"),
+        description="k-ary randomized response",
+    ),
+    PLANAR_LAPLACE: Object(
+        {
+            **_COMMON,
+            "mechanism": String(enum=(PLANAR_LAPLACE,)),
+            "epsilon": _PLANAR_EPSILON,
+            "region": REGION,
+            "cell_size_m": _CELL_SIZE,
+            "privacy_level": _PRIVACY_LEVEL,
+            "privacy_radius_m": _PRIVACY_RADIUS,
+        },
+        required=("id", "title", "mechanism", "region", "cell_size_m"),
+        description="Planar Laplace over a grid of cells (geo-indistinguishability)",
+    ),
+}
 
 # Fields the server adds when it serves a spec; not part of the hashed spec.
 SERVER_FIELDS = frozenset({"status", "spec_hash", "created_at"})
-_SPEC_FIELDS = frozenset(
-    {
-        "id",
-        "title",
-        "mechanism",
-        "epsilon",
-        "domain",
-        "region",
-        "cell_size_m",
-        "privacy_level",
-        "privacy_radius_m",
-        "enrollment_required",
-    }
+_SPEC_FIELDS = frozenset(name for schema in SPEC_SCHEMAS.values() for name in schema.properties)
+_PLANAR_ONLY = tuple(
+    name
+    for name in SPEC_SCHEMAS[PLANAR_LAPLACE].properties
+    if name not in SPEC_SCHEMAS[KRR].properties
 )
-_REGION_FIELDS = ("lat_min", "lat_max", "lon_min", "lon_max")
-
-
-def finite_number(value: Any, field: str, error: type[SpecError] = SpecError) -> float:
-    """A JSON number as a finite float; booleans, strings, NaN and infinities are refused."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise error(f"{field} must be a number, got {type(value).__name__}", field=field)
-    try:
-        number = float(value)
-    except OverflowError:
-        raise error(f"{field} is too large", field=field) from None
-    if not math.isfinite(number):
-        raise error(f"{field} must be finite, got {value!r}", field=field)
-    return number
-
-
-def _positive(value: Any, field: str) -> float:
-    number = finite_number(value, field)
-    if number <= 0:
-        raise SpecError(f"{field} must be > 0, got {number!r}", field=field)
-    return number
-
-
-def _string(value: Any, field: str, max_length: int) -> str:
-    if not isinstance(value, str):
-        raise SpecError(f"{field} must be a string, got {type(value).__name__}", field=field)
-    if not value or len(value) > max_length:
-        raise SpecError(f"{field} must have 1 to {max_length} characters", field=field)
-    return value
 
 
 @dataclass(frozen=True)
@@ -124,83 +177,50 @@ class CampaignSpec:
         for required in ("id", "title", "mechanism"):
             if required not in data:
                 raise SpecError(f"{required} is required", field=required)
-        campaign_id = data["id"]
-        if not isinstance(campaign_id, str) or not ID_PATTERN.fullmatch(campaign_id):
-            raise SpecError(
-                "id must be 1-64 characters of a-z, 0-9, '-' or '_', starting with a letter or digit",
-                field="id",
-            )
-        title = _string(data["title"], "title", MAX_TITLE_LENGTH)
-        mechanism = data["mechanism"]
-        if mechanism not in MECHANISMS:
-            raise SpecError(
-                f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}",
-                field="mechanism",
-            )
-        enrollment = data.get("enrollment_required", False)
-        if not isinstance(enrollment, bool):
-            raise SpecError(
-                "enrollment_required must be true or false", field="enrollment_required"
-            )
+        campaign_id = CAMPAIGN_ID.check(data["id"], "id", SpecError)
+        mechanism = MECHANISM.check(data["mechanism"], "mechanism", SpecError)
+        title = _TITLE.check(data["title"], "title", SpecError)
+        enrollment = _ENROLLMENT_REQUIRED.check(
+            data.get("enrollment_required", False), "enrollment_required", SpecError
+        )
         common = {"id": campaign_id, "title": title, "enrollment_required": enrollment}
         if mechanism == PLANAR_LAPLACE:
             return cls._planar_from_dict(data, common, stored=stored)
         return cls._categorical_from_dict(data, mechanism, common)
 
     @classmethod
-    def _categorical_from_dict(cls, data: dict, mechanism: str, common: dict) -> CampaignSpec:
-        for field in ("region", "cell_size_m", "privacy_level", "privacy_radius_m"):
+    def _categorical_from_dict(
+        cls, data: dict[str, Any], mechanism: str, common: dict[str, Any]
+    ) -> CampaignSpec:
+        for field in _PLANAR_ONLY:
             if field in data:
                 raise SpecError(f"{field} applies only to planar_laplace", field=field)
         if "epsilon" not in data:
             raise SpecError("epsilon is required", field="epsilon")
-        epsilon = _positive(data["epsilon"], "epsilon")
-        if epsilon > MAX_EPSILON:
-            raise SpecError(f"epsilon must be at most {MAX_EPSILON}", field="epsilon")
+        epsilon = _CATEGORICAL_EPSILON.check(data["epsilon"], "epsilon", SpecError)
         if "domain" in data:
-            domain = cls._parse_domain(data["domain"])
+            labels = _RR_LABELS if mechanism == RR else _LABELS
+            domain = tuple(labels.check(data["domain"], "domain", SpecError))
         elif mechanism == RR:
             domain = RR_DEFAULT_DOMAIN
         else:
             raise SpecError("domain is required for krr", field="domain")
-        if mechanism == RR and len(domain) != 2:
-            raise SpecError("rr takes exactly two labels", field="domain")
         try:
             krr_weights(epsilon, len(domain))
         except ValueError as exc:
             raise SpecError(str(exc), field="epsilon") from None
         return cls(mechanism=mechanism, epsilon=epsilon, domain=domain, **common)
 
-    @staticmethod
-    def _parse_domain(raw: Any) -> tuple[str, ...]:
-        if not isinstance(raw, list):
-            raise SpecError("domain must be a list of labels", field="domain")
-        if not MIN_DOMAIN <= len(raw) <= MAX_DOMAIN:
-            raise SpecError(
-                f"domain must have {MIN_DOMAIN} to {MAX_DOMAIN} labels, got {len(raw)}",
-                field="domain",
-            )
-        labels = tuple(
-            _string(label, f"domain[{i}]", MAX_LABEL_LENGTH) for i, label in enumerate(raw)
-        )
-        if len(set(labels)) != len(labels):
-            seen: set[str] = set()
-            for i, label in enumerate(labels):
-                if label in seen:
-                    raise SpecError(f"duplicate label {label!r}", field=f"domain[{i}]")
-                seen.add(label)
-        return labels
-
     @classmethod
-    def _planar_from_dict(cls, data: dict, common: dict, *, stored: bool) -> CampaignSpec:
+    def _planar_from_dict(
+        cls, data: dict[str, Any], common: dict[str, Any], *, stored: bool
+    ) -> CampaignSpec:
         if "domain" in data:
             raise SpecError("planar_laplace takes a region, not a domain", field="domain")
         region = cls._parse_region(data.get("region"), bound_distortion=not stored)
         if "cell_size_m" not in data:
             raise SpecError("cell_size_m is required for planar_laplace", field="cell_size_m")
-        cell = _positive(data["cell_size_m"], "cell_size_m")
-        if cell < MIN_CELL_SIZE_M:
-            raise SpecError(f"cell_size_m must be at least {MIN_CELL_SIZE_M}", field="cell_size_m")
+        cell = _CELL_SIZE.check(data["cell_size_m"], "cell_size_m", SpecError)
         grid = Grid(region, cell)
         if grid.n_cells > MAX_CELLS:
             raise SpecError(
@@ -213,10 +233,10 @@ class CampaignSpec:
             if "privacy_level" not in data or "privacy_radius_m" not in data:
                 field = "privacy_radius_m" if "privacy_level" in data else "privacy_level"
                 raise SpecError("privacy_level and privacy_radius_m go together", field=field)
-            level = _positive(data["privacy_level"], "privacy_level")
-            radius = _positive(data["privacy_radius_m"], "privacy_radius_m")
+            level = _PRIVACY_LEVEL.check(data["privacy_level"], "privacy_level", SpecError)
+            radius = _PRIVACY_RADIUS.check(data["privacy_radius_m"], "privacy_radius_m", SpecError)
         if "epsilon" in data:
-            epsilon = _positive(data["epsilon"], "epsilon")
+            epsilon = _PLANAR_EPSILON.check(data["epsilon"], "epsilon", SpecError)
             if level is not None and not math.isclose(epsilon, level / radius, rel_tol=1e-12):
                 raise SpecError(
                     f"epsilon {epsilon!r} disagrees with privacy_level / privacy_radius_m "
@@ -248,31 +268,12 @@ class CampaignSpec:
     def _parse_region(raw: Any, *, bound_distortion: bool = True) -> Region:
         if raw is None:
             raise SpecError("region is required for planar_laplace", field="region")
-        if not isinstance(raw, dict):
-            raise SpecError("region must be an object", field="region")
-        unknown = sorted(set(raw) - set(_REGION_FIELDS))
-        if unknown:
-            raise SpecError(f"unknown field {unknown[0]!r}", field=f"region.{unknown[0]}")
-        values = {}
-        for name in _REGION_FIELDS:
-            if name not in raw:
-                raise SpecError(f"region.{name} is required", field=f"region.{name}")
-            values[name] = finite_number(raw[name], f"region.{name}")
-        for axis, limit in (("lat", 90.0), ("lon", 180.0)):
-            low, high = values[f"{axis}_min"], values[f"{axis}_max"]
-            for name, value in ((f"{axis}_min", low), (f"{axis}_max", high)):
-                if not -limit <= value <= limit:
-                    raise SpecError(
-                        f"region.{name} must be within ±{limit}", field=f"region.{name}"
-                    )
-            if not low < high:
+        values = REGION.check(raw, "region", SpecError)
+        for axis in ("lat", "lon"):
+            if not values[f"{axis}_min"] < values[f"{axis}_max"]:
                 raise SpecError(
                     f"region.{axis}_min must be below {axis}_max", field=f"region.{axis}_min"
                 )
-        if abs(values["lat_min"]) > 85 or abs(values["lat_max"]) > 85:
-            raise SpecError(
-                "regions beyond ±85° latitude are not supported", field="region.lat_max"
-            )
         region = Region(**values)
         distortion = region.projection_distortion()
         if bound_distortion and distortion > MAX_PROJECTION_DISTORTION:

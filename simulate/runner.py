@@ -39,6 +39,7 @@ from shared.mechanisms import Mechanism, PlanarLaplace
 from shared.spec import CampaignSpec
 from simulate.metrics import Scores, score
 from simulate.populations import DEFAULT_CHUNK, Population, PopulationError
+from simulate.sampling import sample
 
 NOISY = "noisy"
 # "noisy" is the report histogram taken as it is: the baseline every estimator should beat.
@@ -171,7 +172,7 @@ def perturb(
     )
     for chunk in bar:
         true_counts += np.bincount(chunk, minlength=population.size)
-        report_counts += np.bincount(mechanism.sample(chunk, noise), minlength=mechanism.n_outputs)
+        report_counts += np.bincount(sample(mechanism, chunk, noise), minlength=mechanism.n_outputs)
     return true_counts, report_counts
 
 

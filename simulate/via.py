@@ -1,6 +1,6 @@
 """End-to-end simulation: the real client library, for every simulated user, against a server.
 
-:func:`run_via_server` is what ``ldp-simulate --via URL`` runs, and what a
+:func:`run_via_server` is what ``ldp-simulate via --server URL`` runs, and what a
 demo script calls to fill a campaign:
 
 1. create the campaign from its spec (admin token), or use the existing one
@@ -54,6 +54,7 @@ from shared.spec import CampaignSpec
 from simulate.metrics import Scores, score
 from simulate.populations import Population
 from simulate.runner import NOISY, check_compatible, estimate_methods
+from simulate.sampling import sample
 
 API = "/api/v1"
 DEFAULT_WORKERS = 8
@@ -487,7 +488,7 @@ def _score_server(
     scores = {method: score(result.truth, est, grid) for method, est in estimates.items()}
     # The same users through the vectorised sampler and the same estimators, for reference.
     noise = np.random.default_rng([seed, 1])
-    local_counts = np.bincount(mechanism.sample(indices, noise), minlength=mechanism.n_outputs)
+    local_counts = np.bincount(sample(mechanism, indices, noise), minlength=mechanism.n_outputs)
     runs = estimate_methods(local_counts, channel_for(mechanism), (*methods, NOISY), seed=0)
     in_process = {m: score(result.truth, run.frequencies, grid) for m, run in runs.items()}
     return dataclasses.replace(

@@ -10,7 +10,6 @@ both taken from the same snapshot of the counts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,19 +48,6 @@ def epsilon_text(campaign: Campaign) -> str:
     return text
 
 
-def last_report_times(store: CampaignStore, campaign_ids: Iterable[str]) -> dict[str, float | None]:
-    """When each campaign last accepted a report (unix seconds), from its report stream."""
-    ids = list(campaign_ids)
-    pipe = store.connection.pipeline(transaction=False)
-    for campaign_id in ids:
-        pipe.xrevrange(CampaignStore.STREAM_KEY.format(id=campaign_id), count=1)
-    times: dict[str, float | None] = {}
-    for campaign_id, entries in zip(ids, pipe.execute(), strict=True):
-        # Stream ids are "<milliseconds>-<sequence>", stamped by Redis on XADD.
-        times[campaign_id] = int(entries[0][0].split(b"-")[0]) / 1000 if entries else None
-    return times
-
-
 def campaign_row(campaign: Campaign, last_report: float | None) -> dict[str, Any]:
     """One line of the campaign list."""
     spec = campaign.spec
@@ -95,7 +81,7 @@ def report_series(store: CampaignStore, campaign_id: str) -> dict[str, Any]:
 def summary(store: CampaignStore, campaign: Campaign) -> dict[str, Any]:
     """What the campaign page polls: count, status, last report and the time series."""
     campaign_id = campaign.spec.id
-    last = last_report_times(store, [campaign_id])[campaign_id]
+    last = store.last_report_times([campaign_id])[campaign_id]
     return {
         **campaign_row(campaign, last),
         "series": report_series(store, campaign_id),

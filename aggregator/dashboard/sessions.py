@@ -35,7 +35,6 @@ from aggregator.http import auth
 from aggregator.http.errors import error_response
 from aggregator.services import get_store
 
-SESSION_KEY = "ldp:dashboard:session:{sid}"
 DEFAULT_SESSION_TTL_S = 8 * 3600
 COOKIE_NAME = "ldp_session"
 CSRF_FIELD = "csrf_token"
@@ -110,7 +109,7 @@ def sign_in(token: str) -> bool:
         return False
     sid = secrets.token_urlsafe(32)
     ttl = int(flask.current_app.config["DASHBOARD_SESSION_TTL_S"])
-    get_store().connection.set(SESSION_KEY.format(sid=sid), _fingerprint(token), ex=ttl)
+    get_store().sessions.open(sid, _fingerprint(token), ttl)
     flask.session.clear()
     flask.session["sid"] = sid
     flask.session["csrf"] = secrets.token_urlsafe(32)
@@ -120,7 +119,7 @@ def sign_in(token: str) -> bool:
 def sign_out() -> None:
     sid = flask.session.get("sid")
     if sid:
-        get_store().connection.delete(SESSION_KEY.format(sid=sid))
+        get_store().sessions.close(sid)
     flask.session.clear()
 
 
@@ -131,7 +130,7 @@ def signed_in() -> bool:
     result = False
     sid = flask.session.get("sid")
     if isinstance(sid, str) and sid:
-        stored = get_store().connection.get(SESSION_KEY.format(sid=sid))
+        stored = get_store().sessions.fingerprint(sid)
         if stored is not None:
             result = any(
                 hmac.compare_digest(stored, _fingerprint(token).encode())

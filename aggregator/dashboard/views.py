@@ -117,7 +117,7 @@ def logout() -> Any:
 def campaign_list() -> str:
     store = get_store()
     campaigns = store.list_campaigns()
-    last = data.last_report_times(store, [c.spec.id for c in campaigns])
+    last = store.last_report_times([c.spec.id for c in campaigns])
     rows = [data.campaign_row(c, last[c.spec.id]) for c in campaigns]
     return flask.render_template("dashboard/campaigns.html", campaigns=rows)
 
@@ -142,7 +142,7 @@ def campaign_page(campaign_id: str) -> Any:
         return page, 404
     spec = campaign.spec
     store = get_store()
-    last = data.last_report_times(store, [spec.id])[spec.id]
+    last = store.last_report_times([spec.id])[spec.id]
     planar = spec.mechanism == PLANAR_LAPLACE
     return flask.render_template(
         "dashboard/campaign.html",

@@ -40,7 +40,6 @@ MIN_TOKEN_LENGTH = 32
 # Tokens that appear in the project's documentation and examples: known to everyone.
 EXAMPLE_TOKENS = frozenset({"change-me", "change-me-too", "admin-secret", "analyst-secret"})
 DEFAULT_AUTH_FAILURE_LIMIT = "10 per minute"
-FAILURES_KEY = "ldp:ratelimit-authfail:{client}:{window}"
 
 F = TypeVar("F", bound=Callable)
 
@@ -86,14 +85,14 @@ def _matches(given: str, configured: object) -> bool:
     return hmac.compare_digest(given.encode(), str(configured).encode())
 
 
-def _failure_window() -> tuple[int, int, str] | None:
-    """(allowed failures, window seconds, this address's counter key), or None if unlimited."""
+def _failure_window() -> tuple[int, int, str, int] | None:
+    """(allowed failures, window seconds, this address, window number), or None if unlimited."""
     config = flask.current_app.config
     if not config["RATELIMIT_ENABLED"]:
         return None
     amount, window_s = parse_limit(str(config["RATELIMIT_AUTH_FAILURES"]))
     client = flask.request.remote_addr or "unknown"
-    return amount, window_s, FAILURES_KEY.format(client=client, window=int(time.time() // window_s))
+    return amount, window_s, client, int(time.time() // window_s)
 
 
 def refuse_if_throttled() -> None:
@@ -101,9 +100,8 @@ def refuse_if_throttled() -> None:
     window = _failure_window()
     if window is None:
         return
-    amount, window_s, key = window
-    failures = get_store().connection.get(key)
-    if failures is not None and int(failures) >= amount:
+    amount, window_s, client, number = window
+    if get_store().auth_failures.count(client, number) >= amount:
         retry_after = max(window_s - int(time.time()) % window_s, 1)
         raise TooManyRequests(
             f"too many failed authentication attempts ({amount} per {window_s} s)",
@@ -119,11 +117,8 @@ def record_failure() -> None:
     window = _failure_window()
     if window is None:
         return
-    amount, window_s, key = window
-    with get_store().connection.pipeline(transaction=True) as pipe:
-        pipe.incr(key)
-        pipe.expire(key, window_s)
-        failures = pipe.execute()[0]
+    amount, window_s, client, number = window
+    failures = get_store().auth_failures.add(client, number, window_s)
     if failures == amount:
         flask.current_app.logger.warning(
             "%d failed authentication attempts from %s within %d s: further token attempts "

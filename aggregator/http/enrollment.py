@@ -11,6 +11,7 @@ never which token made which report.
 
 from __future__ import annotations
 
+import functools
 import secrets
 
 import flask
@@ -21,9 +22,18 @@ from aggregator.http.routes import json_body, load_campaign
 from aggregator.services import get_store
 from aggregator.storage.store import Campaign
 from shared.errors import ValidationError
+from shared.schema import Number, Object
 
 MAX_TOKENS_PER_REQUEST = 10_000
 TOKEN_BYTES = 24
+
+# The body of a request for tokens.
+TOKEN_REQUEST = Object(
+    {"count": Number(integer=True, minimum=1, maximum=MAX_TOKENS_PER_REQUEST)},
+    required=("count",),
+    noun='{"count": <number of tokens>}',
+)
+_invalid_request = functools.partial(ValidationError, code="invalid_request")
 
 bp = flask.Blueprint("enrollment", __name__, url_prefix="/api/v1")
 
@@ -45,20 +55,7 @@ def _enrollment_campaign(campaign_id: str) -> Campaign:
 
 
 def _count(body: object) -> int:
-    if not isinstance(body, dict) or set(body) != {"count"}:
-        raise ValidationError(
-            'the body must be {"count": <number of tokens>}', field=None, code="invalid_request"
-        )
-    count = body["count"]
-    if isinstance(count, bool) or not isinstance(count, int):
-        raise ValidationError("count must be an integer", field="count", code="invalid_request")
-    if not 1 <= count <= MAX_TOKENS_PER_REQUEST:
-        raise ValidationError(
-            f"count must be between 1 and {MAX_TOKENS_PER_REQUEST}",
-            field="count",
-            code="invalid_request",
-        )
-    return count
+    return TOKEN_REQUEST.check(body, None, _invalid_request)["count"]
 
 
 @bp.post("/campaigns/<campaign_id>/enrollment-tokens")

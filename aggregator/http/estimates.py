@@ -12,7 +12,6 @@ import functools
 import hashlib
 import json
 import math
-import secrets
 import sys
 import threading
 import time
@@ -22,7 +21,6 @@ from typing import Any, TypeVar
 
 import flask
 import numpy as np
-import redis
 
 from aggregator.estimation import (
     METHODS,
@@ -34,9 +32,12 @@ from aggregator.estimation import (
     poisoning,
 )
 from aggregator.http.errors import APIError
-from aggregator.storage.store import Campaign, CampaignStore, is_out_of_memory
+from aggregator.http.parameters import QueryParameter, invalid_parameter
+from aggregator.storage.locks import Lock
+from aggregator.storage.store import Campaign, CampaignStore
 from shared.errors import ValidationError
 from shared.mechanisms import Mechanism, PlanarLaplace
+from shared.schema import Number, String, is_positive_finite
 
 DEFAULT_METHOD = "ibu"
 DEFAULT_CONFIDENCE = 0.95
@@ -57,10 +58,6 @@ LOCK_POLL_S = 0.1
 # so that a worker that died mid-computation holds up the others only for a while.
 LOCK_MARGIN_S = 10.0
 LOCK_WITHOUT_LIMIT_S = 3600.0
-_RELEASE_IF_OURS = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 # Channel operators kept per process: a planar kernel takes up to a second to build for a
 # large grid and a few MB to hold, so a handful of recent campaigns is enough.
 CHANNEL_CACHE_SIZE = 16
@@ -130,25 +127,23 @@ def output_labels(mechanism: Mechanism) -> list[str]:
     return [mechanism.report_value(y) for y in range(mechanism.n_outputs)]
 
 
-def parse_method(raw: str) -> str:
-    if raw not in METHODS:
-        raise ValidationError(
-            f"method must be one of {', '.join(METHODS)}, got {raw!r}",
-            field="method",
-            code="invalid_parameter",
-        )
-    return raw
+METHOD = QueryParameter("method", String(enum=METHODS), DEFAULT_METHOD)
+CONFIDENCE = QueryParameter(
+    "confidence",
+    Number(enum=CONFIDENCE_LEVELS),
+    DEFAULT_CONFIDENCE,
+    description="the intervals' confidence level; 0.950 is 0.95",
+)
+
+
+def parse_method(raw: str | None) -> str:
+    """The estimation method from a query string; ``ibu`` by default."""
+    return METHOD.parse(raw)
 
 
 def check_confidence(level: float) -> float:
     """``level`` if it is one of :data:`CONFIDENCE_LEVELS`, else a :class:`ValidationError`."""
-    if level not in CONFIDENCE_LEVELS:
-        raise ValidationError(
-            f"confidence must be one of {', '.join(map(str, CONFIDENCE_LEVELS))}",
-            field="confidence",
-            code="invalid_parameter",
-        )
-    return level
+    return CONFIDENCE.values.check(level, CONFIDENCE.name, invalid_parameter)
 
 
 def parse_confidence(raw: str | None) -> float:
@@ -158,13 +153,7 @@ def parse_confidence(raw: str | None) -> float:
     0.95; ``0.9500001`` is refused), so that callers cannot multiply the
     estimates computed and cached for a campaign.
     """
-    if raw is None:
-        return DEFAULT_CONFIDENCE
-    try:
-        level = float(raw)
-    except ValueError:
-        level = math.nan
-    return check_confidence(level)
+    return CONFIDENCE.parse(raw)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,12 +170,7 @@ class EstimateLimits:
             raise ValueError(f"ESTIMATE_MAX_WORK must be an integer, got {self.max_work!r}")
         if self.max_work is not None and self.max_work < 1:
             raise ValueError(f"ESTIMATE_MAX_WORK must be at least 1, got {self.max_work!r}")
-        if self.timeout_s is not None and not (
-            isinstance(self.timeout_s, int | float)
-            and not isinstance(self.timeout_s, bool)
-            and math.isfinite(self.timeout_s)
-            and self.timeout_s > 0
-        ):
+        if self.timeout_s is not None and not is_positive_finite(self.timeout_s):
             raise ValueError(
                 f"ESTIMATE_TIMEOUT_S must be a positive number, got {self.timeout_s!r}"
             )
@@ -382,7 +366,7 @@ def _cached_estimate(
     hit = store.cached_estimate(campaign_id, variant, digest)
     if hit is not None:
         return hit.decode(), None, True
-    lock = ComputeLock(store, campaign_id, variant, digest, limits)
+    lock = compute_lock(store, campaign_id, variant, digest, limits)
     started, allowed = time.monotonic(), limits
     while not lock.acquire():
         # Another request (in this worker or another) computes this very estimate: wait for
@@ -429,53 +413,21 @@ def _remaining(limits: EstimateLimits | None, waited_s: float) -> EstimateLimits
     return dataclasses.replace(limits, timeout_s=left)
 
 
-class ComputeLock:
-    """A Redis lock on computing one estimate (campaign, variant, counts digest).
+def compute_lock(
+    store: CampaignStore,
+    campaign_id: str,
+    variant: str,
+    digest: str,
+    limits: EstimateLimits | None,
+) -> Lock:
+    """The lock on computing one estimate (campaign, variant, counts digest).
 
     Whoever holds it computes; other requests for the same estimate, in any
     worker, wait for the cached result instead of computing it again. The lock
-    expires on its own shortly after the computation's time limit.
+    expires on its own shortly after the computation's time limit; at Redis's
+    memory limit (no room for the lock, nor for the cache) the request computes
+    without one rather than fail.
     """
-
-    KEY = "ldp:{{c:{id}}}:estimate-lock:{variant}:{digest}"
-
-    def __init__(
-        self,
-        store: CampaignStore,
-        campaign_id: str,
-        variant: str,
-        digest: str,
-        limits: EstimateLimits | None,
-    ) -> None:
-        self._connection = store.connection
-        self._key = self.KEY.format(id=campaign_id, variant=variant, digest=digest)
-        self._token = secrets.token_hex(16)
-        self._held = False
-        timeout_s = None if limits is None else limits.timeout_s
-        self._ttl_ms = int(
-            1000 * (LOCK_WITHOUT_LIMIT_S if timeout_s is None else timeout_s + LOCK_MARGIN_S)
-        )
-
-    def acquire(self) -> bool:
-        """Take the lock if it is free; at Redis's memory limit, go on without one."""
-        try:
-            self._held = bool(
-                self._connection.set(self._key, self._token, nx=True, px=self._ttl_ms)
-            )
-        except redis.ResponseError as exc:
-            if not is_out_of_memory(exc):
-                raise
-            # No room for the lock (nor for the cache): compute without it rather than fail.
-            return True
-        return self._held
-
-    def release(self) -> None:
-        if not self._held:
-            return
-        self._held = False
-        try:
-            self._connection.eval(_RELEASE_IF_OURS, 1, self._key, self._token)
-        except redis.ResponseError as exc:
-            if not is_out_of_memory(exc):
-                raise
-            # The lock expires on its own shortly.
+    timeout_s = None if limits is None else limits.timeout_s
+    ttl_s = LOCK_WITHOUT_LIMIT_S if timeout_s is None else timeout_s + LOCK_MARGIN_S
+    return store.estimate_lock(campaign_id, variant, digest, int(1000 * ttl_s))

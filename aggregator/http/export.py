@@ -19,9 +19,10 @@ from collections.abc import Iterable
 from typing import Any, TextIO
 
 from aggregator.http.estimates import output_labels
+from aggregator.http.parameters import QueryParameter
 from aggregator.storage.store import Campaign
-from shared.errors import ValidationError
 from shared.mechanisms import PlanarLaplace
+from shared.schema import String
 from shared.terminal import json_text
 
 FORMATS = ("json", "csv")
@@ -30,17 +31,14 @@ CSV_MEDIA_TYPE = "text/csv; charset=utf-8"
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
 
+FORMAT = QueryParameter(
+    "format", String(enum=FORMATS), "json", description="csv: a CSV attachment instead of JSON"
+)
+
+
 def parse_format(raw: str | None) -> str:
     """``json`` (default) or ``csv``; anything else is a :class:`ValidationError`."""
-    if raw is None:
-        return "json"
-    if raw not in FORMATS:
-        raise ValidationError(
-            f"format must be one of {', '.join(FORMATS)}, got {raw!r}",
-            field="format",
-            code="invalid_parameter",
-        )
-    return raw
+    return FORMAT.parse(raw)
 
 
 def counts_body(

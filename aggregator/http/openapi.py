@@ -1,4 +1,11 @@
-"""The OpenAPI 3.0 document of the API, served at ``/api/v1/openapi.json``."""
+"""The OpenAPI 3.0 document of the API, served at ``/api/v1/openapi.json``.
+
+Request bodies and parameters are generated from the descriptors the server
+checks them with (:mod:`shared.spec`, :mod:`shared.wire`, the query parameters
+and bodies of :mod:`aggregator.http`), so every bound shown is the one
+enforced; the batch limit is the server's ``MAX_BATCH`` setting. Responses are
+described here.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +14,24 @@ from typing import Any
 import flask
 
 from aggregator.estimation import METHODS
-from aggregator.http.estimates import CONFIDENCE_LEVELS, DEFAULT_CONFIDENCE
-from shared.spec import MECHANISMS
+from aggregator.http.enrollment import TOKEN_REQUEST
+from aggregator.http.estimates import CONFIDENCE, METHOD
+from aggregator.http.export import FORMAT
+from aggregator.http.routes import STATUS_UPDATE
+from aggregator.storage.store import STATUSES
+from shared.spec import CAMPAIGN_ID, KRR, PLANAR_LAPLACE, REGION, RR, SPEC_SCHEMAS
+from shared.wire import DEFAULT_MAX_BATCH, REPORT, report_batch
 
 bp = flask.Blueprint("openapi", __name__, url_prefix="/api/v1")
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _NUMBER = {"type": "number"}
-_REPORT_REF = {"$ref": "#/components/schemas/Report"}
+_CAMPAIGN_REF = {"$ref": "#/components/schemas/Campaign"}
+# Who may call an endpoint: the admin token, or (for reading results) the analyst token, which
+# the admin token also stands in for.
+_ADMIN = [{"admin": []}]
+_ANALYST = [{"analyst": []}, {"admin": []}]
+_SPEC_VARIANTS = {RR: "RRSpec", KRR: "KRRSpec", PLANAR_LAPLACE: "PlanarSpec"}
 
 
 def _json(schema: dict, description: str) -> dict:
@@ -49,11 +66,6 @@ _RATE_LIMIT_HEADERS = {
         "schema": {"type": "integer"},
     },
 }
-_FORMAT = {
-    "name": "format",
-    "in": "query",
-    "schema": {"type": "string", "enum": ["json", "csv"], "default": "json"},
-}
 
 
 def _errors(*statuses: int) -> dict[str, Any]:
@@ -76,60 +88,7 @@ _CAMPAIGN_ID = {
     "name": "campaign_id",
     "in": "path",
     "required": True,
-    "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"},
-}
-_REGION = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["lat_min", "lat_max", "lon_min", "lon_max"],
-    "properties": {
-        name: {"type": "number", "minimum": -180, "maximum": 180}
-        for name in ("lat_min", "lat_max", "lon_min", "lon_max")
-    },
-}
-_SPEC_PROPERTIES: dict[str, Any] = {
-    "id": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"},
-    "title": {"type": "string", "minLength": 1, "maxLength": 200},
-    "mechanism": {"type": "string", "enum": list(MECHANISMS)},
-    "epsilon": {
-        "type": "number",
-        "exclusiveMinimum": True,
-        "minimum": 0,
-        "description": "LDP parameter; for planar_laplace, per metre",
-    },
-    "domain": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 2},
-    "region": _REGION,
-    "cell_size_m": {"type": "number", "minimum": 1},
-    "privacy_level": {"type": "number", "exclusiveMinimum": True, "minimum": 0},
-    "privacy_radius_m": {"type": "number", "exclusiveMinimum": True, "minimum": 0},
-    "enrollment_required": {"type": "boolean"},
-}
-_VALUE = {
-    "oneOf": [
-        {"type": "string", "description": "a label of the campaign's domain (rr, krr)"},
-        {
-            "type": "object",
-            "description": "a report-grid cell centre (planar_laplace)",
-            "additionalProperties": False,
-            "required": ["lat", "lon"],
-            "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}},
-        },
-    ]
-}
-_REPORT = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["report_id", "value"],
-    "properties": {
-        "report_id": {"type": "string", "format": "uuid"},
-        "value": _VALUE,
-        "spec_hash": {"type": "string"},
-        "enrollment_token": {
-            "type": "string",
-            "pattern": "^[A-Za-z0-9_-]{16,128}$",
-            "description": "required by, and only by, campaigns with enrollment_required",
-        },
-    },
+    "schema": CAMPAIGN_ID.schema(),
 }
 _POISONING = {
     "type": "object",
@@ -142,10 +101,42 @@ _POISONING = {
         "explanation": {"type": "string"},
     },
 }
+_SERVER_PROPERTIES = {
+    "status": {"type": "string", "enum": list(STATUSES)},
+    "spec_hash": {"type": "string", "description": "hex SHA-256 of the canonical spec"},
+    "created_at": {"type": "number", "description": "unix seconds"},
+}
+
+
+def _json_body(schema: dict) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+def _spec_schemas() -> dict[str, Any]:
+    """One schema per mechanism's spec, and the campaign (spec plus server fields) of each."""
+    schemas: dict[str, Any] = {}
+    for mechanism, name in _SPEC_VARIANTS.items():
+        spec = SPEC_SCHEMAS[mechanism].schema()
+        schemas[name] = spec
+        schemas[f"{name[: -len('Spec')]}Campaign"] = {
+            **spec,
+            "properties": {**spec["properties"], **_SERVER_PROPERTIES},
+            # A served spec always has its epsilon, whichever way it was given.
+            "required": [*dict.fromkeys([*spec["required"], "epsilon", "status", "spec_hash"])],
+        }
+    schemas["CampaignSpec"] = {
+        "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in _SPEC_VARIANTS.values()]
+    }
+    schemas["Campaign"] = {
+        "oneOf": [
+            {"$ref": f"#/components/schemas/{name[: -len('Spec')]}Campaign"}
+            for name in _SPEC_VARIANTS.values()
+        ]
+    }
+    return schemas
 
 
 def _enrollment_tokens_path() -> dict[str, Any]:
-    admin = [{"bearer": []}]
     tokens = {
         "type": "object",
         "properties": {
@@ -159,22 +150,8 @@ def _enrollment_tokens_path() -> dict[str, Any]:
         "parameters": [_CAMPAIGN_ID],
         "post": {
             "summary": "Issue single-use enrollment tokens (admin); shown only in this answer",
-            "security": admin,
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "additionalProperties": False,
-                            "required": ["count"],
-                            "properties": {
-                                "count": {"type": "integer", "minimum": 1, "maximum": 10000}
-                            },
-                        }
-                    }
-                },
-            },
+            "security": _ADMIN,
+            "requestBody": _json_body(TOKEN_REQUEST.schema()),
             "responses": {
                 "201": _json(tokens, "Issued"),
                 **_errors(400, 401, 403, 404, 409, 413, 415, 422, 429),
@@ -182,7 +159,7 @@ def _enrollment_tokens_path() -> dict[str, Any]:
         },
         "get": {
             "summary": "How many issued tokens are unused (admin)",
-            "security": admin,
+            "security": _ADMIN,
             "responses": {
                 "200": _json(tokens, "Unused tokens"),
                 **_errors(401, 403, 404, 409, 429),
@@ -191,24 +168,8 @@ def _enrollment_tokens_path() -> dict[str, Any]:
     }
 
 
-def document() -> dict[str, Any]:
-    """The OpenAPI document (built on request; it is small)."""
-    campaign = {
-        "type": "object",
-        "properties": {
-            **_SPEC_PROPERTIES,
-            "status": {"type": "string", "enum": ["open", "closed"]},
-            "spec_hash": {"type": "string", "description": "hex SHA-256 of the canonical spec"},
-            "created_at": {"type": "number", "description": "unix seconds"},
-        },
-        "required": ["id", "title", "mechanism", "epsilon", "status", "spec_hash"],
-    }
-    spec_in = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["id", "title", "mechanism"],
-        "properties": _SPEC_PROPERTIES,
-    }
+def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
+    """The OpenAPI document for a server that takes batches of up to ``max_batch`` reports."""
     estimate = {
         "type": "object",
         "required": ["campaign", "method", "n", "estimates"],
@@ -249,13 +210,12 @@ def document() -> dict[str, Any]:
                     "rows": {"type": "integer"},
                     "cols": {"type": "integer"},
                     "cell_size_m": {"type": "number"},
-                    "region": _REGION,
+                    "region": REGION.schema(),
                     "cells": {"type": "array", "items": {"type": "array", "items": _NUMBER}},
                 },
             },
         },
     }
-    admin = [{"bearer": []}]
     return {
         "openapi": "3.0.3",
         "info": {
@@ -265,7 +225,18 @@ def document() -> dict[str, Any]:
         },
         "servers": [{"url": "/"}],
         "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "admin": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "the admin token (LDP_ADMIN_TOKEN)",
+                },
+                "analyst": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "the analyst token (LDP_ANALYST_TOKEN)",
+                },
+            },
             "schemas": {
                 "Error": {
                     "type": "object",
@@ -282,9 +253,9 @@ def document() -> dict[str, Any]:
                         }
                     },
                 },
-                "Campaign": campaign,
-                "CampaignSpec": spec_in,
-                "Report": _REPORT,
+                **_spec_schemas(),
+                "Report": REPORT.schema(),
+                "ReportBatch": report_batch(max_batch).schema(),
                 "Estimate": estimate,
             },
         },
@@ -305,7 +276,7 @@ def document() -> dict[str, Any]:
                                 "properties": {
                                     "campaigns": {
                                         "type": "array",
-                                        "items": {"$ref": "#/components/schemas/Campaign"},
+                                        "items": _CAMPAIGN_REF,
                                     }
                                 },
                             },
@@ -316,20 +287,11 @@ def document() -> dict[str, Any]:
                 },
                 "post": {
                     "summary": "Create a campaign (admin)",
-                    "security": admin,
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "application/json": {
-                                "schema": {"$ref": "#/components/schemas/CampaignSpec"}
-                            }
-                        },
-                    },
+                    "security": _ADMIN,
+                    "requestBody": _json_body({"$ref": "#/components/schemas/CampaignSpec"}),
                     "responses": {
-                        "201": _json({"$ref": "#/components/schemas/Campaign"}, "Created"),
-                        "200": _json(
-                            {"$ref": "#/components/schemas/Campaign"}, "The same spec existed"
-                        ),
+                        "201": _json(_CAMPAIGN_REF, "Created"),
+                        "200": _json(_CAMPAIGN_REF, "The same spec existed"),
                         **_errors(400, 401, 403, 409, 413, 415, 422, 429),
                     },
                 },
@@ -339,30 +301,16 @@ def document() -> dict[str, Any]:
                 "get": {
                     "summary": "A campaign's spec and hash (public, for clients)",
                     "responses": {
-                        "200": _json({"$ref": "#/components/schemas/Campaign"}, "The campaign"),
+                        "200": _json(_CAMPAIGN_REF, "The campaign"),
                         **_errors(404, 429),
                     },
                 },
                 "patch": {
                     "summary": "Open or close a campaign (admin); the spec cannot change",
-                    "security": admin,
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "additionalProperties": False,
-                                    "required": ["status"],
-                                    "properties": {
-                                        "status": {"type": "string", "enum": ["open", "closed"]}
-                                    },
-                                }
-                            }
-                        },
-                    },
+                    "security": _ADMIN,
+                    "requestBody": _json_body(STATUS_UPDATE.schema()),
                     "responses": {
-                        "200": _json({"$ref": "#/components/schemas/Campaign"}, "Updated"),
+                        "200": _json(_CAMPAIGN_REF, "Updated"),
                         **_errors(400, 401, 403, 404, 413, 415, 422, 429),
                     },
                 },
@@ -371,32 +319,14 @@ def document() -> dict[str, Any]:
                 "parameters": [_CAMPAIGN_ID],
                 "post": {
                     "summary": "Submit one report or a batch; retries are idempotent",
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "oneOf": [
-                                        {"$ref": "#/components/schemas/Report"},
-                                        {
-                                            "type": "object",
-                                            "additionalProperties": False,
-                                            "required": ["reports"],
-                                            "properties": {
-                                                "reports": {
-                                                    "type": "array",
-                                                    "minItems": 1,
-                                                    "maxItems": 1000,
-                                                    "items": _REPORT_REF,
-                                                },
-                                                "spec_hash": {"type": "string"},
-                                            },
-                                        },
-                                    ]
-                                }
-                            }
-                        },
-                    },
+                    "requestBody": _json_body(
+                        {
+                            "oneOf": [
+                                {"$ref": "#/components/schemas/Report"},
+                                {"$ref": "#/components/schemas/ReportBatch"},
+                            ]
+                        }
+                    ),
                     "responses": {
                         "200": {
                             **_json(
@@ -418,10 +348,10 @@ def document() -> dict[str, Any]:
                 },
             },
             "/api/v1/campaigns/{campaign_id}/counts": {
-                "parameters": [_CAMPAIGN_ID, _FORMAT],
+                "parameters": [_CAMPAIGN_ID, FORMAT.openapi()],
                 "get": {
                     "summary": "Reports per output symbol and per hour (analyst)",
-                    "security": admin,
+                    "security": _ANALYST,
                     "responses": {
                         "200": _json_or_csv({"type": "object"}, "Counts"),
                         **_errors(401, 403, 404, 422, 429),
@@ -432,25 +362,13 @@ def document() -> dict[str, Any]:
             "/api/v1/campaigns/{campaign_id}/estimate": {
                 "parameters": [
                     _CAMPAIGN_ID,
-                    {
-                        "name": "method",
-                        "in": "query",
-                        "schema": {"type": "string", "enum": list(METHODS), "default": "ibu"},
-                    },
-                    {
-                        "name": "confidence",
-                        "in": "query",
-                        "schema": {
-                            "type": "number",
-                            "enum": list(CONFIDENCE_LEVELS),
-                            "default": DEFAULT_CONFIDENCE,
-                        },
-                    },
-                    _FORMAT,
+                    METHOD.openapi(),
+                    CONFIDENCE.openapi(),
+                    FORMAT.openapi(),
                 ],
                 "get": {
                     "summary": "Estimated distribution with confidence intervals (analyst)",
-                    "security": admin,
+                    "security": _ANALYST,
                     "responses": {
                         "200": _json_or_csv(
                             {"$ref": "#/components/schemas/Estimate"},
@@ -481,4 +399,4 @@ def document() -> dict[str, Any]:
 
 @bp.get("/openapi.json")
 def openapi_json() -> flask.Response:
-    return flask.jsonify(document())
+    return flask.jsonify(document(flask.current_app.config["MAX_BATCH"]))

@@ -4,47 +4,41 @@ A submission is one report ``{"report_id", "value", "spec_hash"?, "enrollment_to
 (the token only, and always, for campaigns with ``enrollment_required``) or a batch
 ``{"reports": [...], "spec_hash"?}``. Each report is checked against its
 campaign's mechanism (``Mechanism.parse_report_value``) and its id must be a
-UUID, kept in canonical lower-case form so that retries match. The whole
+UUID, kept in canonical lower-case form so that retries match; the shapes and
+bounds are those of :mod:`shared.wire`, which the OpenAPI document shows. The whole
 submission is refused if any report is invalid, naming the report's field.
 """
 
 from __future__ import annotations
 
 import re
-import uuid
 from typing import Any
 
 from aggregator.storage.store import StoredReport
 from shared.errors import ReportError
 from shared.mechanisms import Mechanism
+from shared.wire import (
+    DEFAULT_MAX_BATCH,
+    ENROLLMENT_TOKEN,
+    REPORT,
+    REPORT_ID,
+    SPEC_HASH,
+    report_batch,
+    report_list,
+)
 
-DEFAULT_MAX_BATCH = 1000
+__all__ = ["DEFAULT_MAX_BATCH", "DEFAULT_REPORT_BUDGET", "parse_submission"]
 # New reports one address may store in one campaign per window (REPORT_BUDGET): at about
 # 200 bytes of Redis memory a report, 2 MB an hour per address and campaign.
 DEFAULT_REPORT_BUDGET = "10000 per hour"
-_REPORT_FIELDS = frozenset({"report_id", "value", "spec_hash", "enrollment_token"})
-# Enrollment tokens as issued (secrets.token_urlsafe), with room for other issuers.
-TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,128}")
-_BATCH_FIELDS = frozenset({"reports", "spec_hash"})
 _PLAIN_FIELDS = frozenset({"report_id", "value"})
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def _check_keys(obj: dict, allowed: frozenset[str], prefix: str) -> None:
-    if obj.keys() <= allowed:
-        return
-    unknown = sorted(set(obj) - allowed)
-    if unknown:
-        raise ReportError(f"unknown field {unknown[0]!r}", field=f"{prefix}{unknown[0]}")
 
 
 def _check_spec_hash(obj: dict, expected: str, field: str) -> None:
     if "spec_hash" not in obj:
         return
-    given = obj["spec_hash"]
-    if not isinstance(given, str):
-        raise ReportError(f"{field} must be a string", field=field)
-    if given != expected:
+    if SPEC_HASH.check(obj["spec_hash"], field, ReportError) != expected:
         raise ReportError(
             "the report was made under another version of the campaign spec",
             field=field,
@@ -55,12 +49,7 @@ def _check_spec_hash(obj: dict, expected: str, field: str) -> None:
 def _report_id(raw: Any, field: str) -> str:
     if isinstance(raw, str) and _CANONICAL_UUID.fullmatch(raw):
         return raw  # already in the form uuid.UUID would give (the usual case, and fast)
-    if not isinstance(raw, str):
-        raise ReportError(f"{field} must be a UUID string", field=field)
-    try:
-        return str(uuid.UUID(raw))
-    except ValueError:
-        raise ReportError(f"{field} must be a UUID", field=field) from None
+    return REPORT_ID.check(raw, field, ReportError)
 
 
 def _enrollment_token(raw: dict, required: bool, field: str) -> str | None:
@@ -77,23 +66,15 @@ def _enrollment_token(raw: dict, required: bool, field: str) -> str | None:
             field=field,
             code="enrollment_required",
         )
-    token = raw["enrollment_token"]
-    if not isinstance(token, str) or not TOKEN_PATTERN.fullmatch(token):
-        raise ReportError(f"{field} must be 16 to 128 characters of A-Z a-z 0-9 _ -", field=field)
-    return token
+    return ENROLLMENT_TOKEN.check(raw["enrollment_token"], field, ReportError)
 
 
 def _parse_report(
     raw: Any, where: str, mechanism: Mechanism, spec_hash: str, enrollment_required: bool
 ) -> StoredReport:
     """One report, every check in turn; errors name the field as ``{where}{field}``."""
-    if not isinstance(raw, dict):
-        raise ReportError("a report must be an object", field=where.rstrip(".") or None)
-    _check_keys(raw, _REPORT_FIELDS, where)
+    REPORT.check_keys(raw, where.rstrip(".") or None, ReportError)
     _check_spec_hash(raw, spec_hash, f"{where}spec_hash")
-    for required in ("report_id", "value"):
-        if required not in raw:
-            raise ReportError(f"{where}{required} is required", field=f"{where}{required}")
     report_id = _report_id(raw["report_id"], f"{where}report_id")
     output = mechanism.parse_report_value(raw["value"], field=f"{where}value")
     token = _enrollment_token(raw, enrollment_required, f"{where}enrollment_token")
@@ -114,15 +95,9 @@ def parse_submission(
     if "reports" not in body:
         raw_reports, prefix = [body], ""
     else:
-        _check_keys(body, _BATCH_FIELDS, "")
+        report_batch(max_batch).check_keys(body, None, ReportError)
         _check_spec_hash(body, spec_hash, "spec_hash")
-        raw_reports = body["reports"]
-        if not isinstance(raw_reports, list):
-            raise ReportError("reports must be a list", field="reports")
-        if not 1 <= len(raw_reports) <= max_batch:
-            raise ReportError(
-                f"a batch holds 1 to {max_batch} reports, got {len(raw_reports)}", field="reports"
-            )
+        raw_reports = report_list(max_batch).check_length(body["reports"], "reports", ReportError)
         prefix = "reports[{}]."
     parsed = []
     parse_value, report_value = mechanism.parse_report_value, mechanism.report_value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -27,9 +28,17 @@ from aggregator.storage.store import (
     is_out_of_memory,
 )
 from shared.errors import ValidationError
+from shared.schema import Object, String
 from shared.spec import ID_PATTERN, SERVER_FIELDS, CampaignSpec
 
 bp = flask.Blueprint("api", __name__, url_prefix="/api/v1")
+# The body of a campaign update: only the status can change, a spec never does.
+STATUS_UPDATE = Object(
+    {"status": String(enum=STATUSES)},
+    required=("status",),
+    noun='{"status": "open" | "closed"}; a spec cannot be changed',
+)
+_invalid_update = functools.partial(ValidationError, code="invalid_update")
 # Whether an estimate was served from the cache (``hit``) or computed for this request.
 ESTIMATE_CACHE_HEADER = "X-Estimate-Cache"
 
@@ -80,7 +89,7 @@ def load_campaign(campaign_id: str) -> Campaign:
 @bp.get("/health")
 def health() -> flask.Response:
     """Liveness, and whether reports are accepted: reads only, so it answers at a full store."""
-    get_store().connection.ping()
+    get_store().ping()
     capacity = get_capacity()
     reading = capacity.reading()
     return flask.jsonify(
@@ -128,17 +137,8 @@ def update_campaign(campaign_id: str) -> flask.Response:
     """Only the status can change; the spec is immutable."""
     load_campaign(campaign_id)
     body = json_body()
-    if not isinstance(body, dict) or set(body) != {"status"}:
-        raise ValidationError(
-            'the body must be {"status": "open" | "closed"}; a spec cannot be changed',
-            field=None,
-            code="invalid_update",
-        )
-    if body["status"] not in STATUSES:
-        raise ValidationError(
-            f"status must be one of {', '.join(STATUSES)}", field="status", code="invalid_update"
-        )
-    return flask.jsonify(get_store().set_status(campaign_id, body["status"]).to_wire())
+    status = STATUS_UPDATE.check(body, None, _invalid_update)["status"]
+    return flask.jsonify(get_store().set_status(campaign_id, status).to_wire())
 
 
 def _report_limits() -> tuple[RateLimit | None, ReportBudget | None]:

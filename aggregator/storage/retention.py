@@ -15,11 +15,11 @@ kept, records addresses and paths but never report bodies.)
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
 from aggregator.storage.store import CampaignStore
+from shared.schema import is_positive_finite
 
 DAY_S = 86_400
 
@@ -35,7 +35,7 @@ def retention_seconds(days: Any) -> float | None:
             days = float(days)
         except (TypeError, ValueError):
             raise ValueError(f"RETENTION_DAYS must be a number of days, got {days!r}") from None
-    if not (math.isfinite(days) and days > 0):
+    if not is_positive_finite(days):
         raise ValueError(f"RETENTION_DAYS must be a positive number of days, got {days!r}")
     return float(days) * DAY_S
 

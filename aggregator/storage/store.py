@@ -17,11 +17,15 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from enum import IntEnum
 from importlib import resources
 from typing import Any, NamedTuple
 
 import redis
 
+from aggregator.storage.errors import is_out_of_memory
+from aggregator.storage.locks import Lock
+from aggregator.storage.sessions import FailureCounter, SessionStore
 from shared.errors import LDPError
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
@@ -45,6 +49,26 @@ ESTIMATE_CACHE_TTL_S = 24 * 3600
 _META_FIELDS = ("spec_hash", "status", "created_at", "n_reports")
 
 logger = logging.getLogger(__name__)
+
+
+class IngestStatus(IntEnum):
+    """What ``lua/ingest.lua`` answered (the script defines the same names and values)."""
+
+    STORED = 0
+    NO_CAMPAIGN = 1
+    CLOSED = 2
+    NO_TOKEN = 3
+    SPEC_CHANGED = 4
+    RATE_LIMITED = 5
+    OVER_BUDGET = 6
+    OVER_QUOTA = 7
+
+
+class CreateStatus(IntEnum):
+    """What ``lua/create.lua`` answered (the script defines the same names and values)."""
+
+    TAKEN = 0
+    CREATED = 1
 
 
 class StoreError(LDPError):
@@ -73,13 +97,6 @@ class EnrollmentRefused(StoreError):
     """A report's enrollment token was never issued for the campaign, or is spent."""
 
     code = "enrollment_refused"
-
-
-def is_out_of_memory(error: redis.RedisError) -> bool:
-    """Whether Redis refused a write at its ``maxmemory`` (directly or inside a script)."""
-    return isinstance(error, redis.exceptions.OutOfMemoryError) or (
-        isinstance(error, redis.ResponseError) and "OOM command not allowed" in str(error)
-    )
 
 
 def token_digest(token: str) -> str:
@@ -215,6 +232,7 @@ class CampaignStore:
     BUDGET_KEY = "ldp:{{c:{id}}}:ratelimit-reports:{client}:{window}"
     # Requests to one rate-limited view outside a campaign (no hash tag: one key per call).
     REQUEST_RATE_KEY = "ldp:ratelimit:{view}:{client}:{window}"
+    ESTIMATE_LOCK_KEY = "ldp:{{c:{id}}}:estimate-lock:{variant}:{digest}"
 
     def __init__(
         self,
@@ -235,6 +253,12 @@ class CampaignStore:
         self._count_request = connection.register_script((lua / "ratelimit.lua").read_text("utf-8"))
         self._parsed: OrderedDict[str, tuple[CampaignSpec, Mechanism]] = OrderedDict()
         self._known: OrderedDict[str, Campaign] = OrderedDict()
+        self.sessions = SessionStore(connection)
+        self.auth_failures = FailureCounter(connection)
+
+    def ping(self) -> None:
+        """Raise ``redis.RedisError`` unless the server answers."""
+        self.connection.ping()
 
     # -- campaigns ---------------------------------------------------------------------
 
@@ -249,9 +273,10 @@ class CampaignStore:
         """
         created_at = time.time() if now is None else now
         key = self.CAMPAIGN_KEY.format(id=spec.id)
-        created = self._create(
+        answer = self._create(
             keys=[key], args=[spec.canonical_json(), spec.spec_hash, repr(created_at)]
         )
+        created = answer == CreateStatus.CREATED
         # Outside the script (another slot); idempotent, so a retry repairs a lost write.
         self.connection.zadd(self.INDEX_KEY, {spec.id: created_at}, nx=True)
         campaign = self.get_campaign(spec.id)
@@ -259,7 +284,7 @@ class CampaignStore:
             raise CampaignExists(
                 f"campaign {spec.id!r} already exists with another spec", campaign_id=spec.id
             )
-        return campaign, bool(created)
+        return campaign, created
 
     def get_campaign(self, campaign_id: str) -> Campaign:
         key = self.CAMPAIGN_KEY.format(id=campaign_id)
@@ -420,38 +445,38 @@ class CampaignStore:
             args.append(value)
         args.extend(per_report)
         status, accepted, duplicates, index, hits, window_ttl = self._ingest(keys=keys, args=args)
-        if status == 1:
+        if status == IngestStatus.NO_CAMPAIGN:
             raise CampaignNotFound(f"no campaign {campaign_id!r}", campaign_id=campaign_id)
-        if status == 2:
+        if status == IngestStatus.CLOSED:
             raise CampaignClosed(f"campaign {campaign_id!r} is closed", campaign_id=campaign_id)
-        if status == 3:
+        if status == IngestStatus.NO_TOKEN:
             which = f"report {index - 1} of the batch" if len(reports) > 1 else "the report"
             raise EnrollmentRefused(
                 f"{which} has no valid enrollment token for campaign {campaign_id!r} (never "
                 "issued, or already used by another report); nothing was stored",
                 campaign_id=campaign_id,
             )
-        if status == 4:
+        if status == IngestStatus.SPEC_CHANGED:
             raise SpecChanged(
                 f"campaign {campaign_id!r} no longer has the spec the reports were checked "
                 "against; nothing was stored",
                 campaign_id=campaign_id,
             )
-        if status == 5:
+        if status == IngestStatus.RATE_LIMITED:
             raise RateLimited(
                 f"rate limit exceeded ({limit} submissions per {window_s} s to this campaign); "
                 "retry later",
                 campaign_id=campaign_id,
                 retry_after_s=max(int(window_ttl), 1),
             )
-        if status == 6:
+        if status == IngestStatus.OVER_BUDGET:
             raise ReportBudgetExceeded(
                 f"report budget exceeded ({budget} new reports per {budget_window_s} s from "
                 "one address to this campaign); nothing was stored, retry later",
                 campaign_id=campaign_id,
                 retry_after_s=max(int(window_ttl), 1),
             )
-        if status == 7:
+        if status == IngestStatus.OVER_QUOTA:
             raise CampaignFull(
                 f"campaign {campaign_id!r} holds its quota of {max_reports} reports; nothing "
                 "was stored",
@@ -522,12 +547,28 @@ class CampaignStore:
         raw = self.connection.hgetall(self.COUNTS_KEY.format(id=campaign_id))
         return {int(output): int(count) for output, count in raw.items()}
 
+    def last_report_times(self, campaign_ids: Sequence[str]) -> dict[str, float | None]:
+        """When each campaign last accepted a report (unix seconds), from its report stream."""
+        pipe = self.connection.pipeline(transaction=False)
+        for campaign_id in campaign_ids:
+            pipe.xrevrange(self.STREAM_KEY.format(id=campaign_id), count=1)
+        times: dict[str, float | None] = {}
+        for campaign_id, entries in zip(campaign_ids, pipe.execute(), strict=True):
+            # Stream ids are "<milliseconds>-<sequence>", stamped by Redis on XADD.
+            times[campaign_id] = int(entries[0][0].split(b"-")[0]) / 1000 if entries else None
+        return times
+
     def hourly_counts(self, campaign_id: str) -> list[tuple[int, int]]:
         """Accepted reports per hour, as (hour start in unix seconds, count), oldest first."""
         raw = self.connection.hgetall(self.HOURLY_KEY.format(id=campaign_id))
         return sorted((int(hour), int(count)) for hour, count in raw.items())
 
     # -- estimate cache ----------------------------------------------------------------
+
+    def estimate_lock(self, campaign_id: str, variant: str, digest: str, ttl_ms: int) -> Lock:
+        """The lock on computing one estimate (campaign, variant, counts digest)."""
+        key = self.ESTIMATE_LOCK_KEY.format(id=campaign_id, variant=variant, digest=digest)
+        return Lock(self.connection, key, ttl_ms)
 
     def cached_estimate(self, campaign_id: str, variant: str, counts_digest: str) -> bytes | None:
         """The estimate body cached for ``variant`` if it was made from these very counts."""

@@ -18,6 +18,7 @@ from shared.geo import Grid, Region
 from shared.mechanisms import KRR, PlanarLaplace, RandomizedResponse
 from simulate.metrics import earth_movers_distance, total_variation
 from simulate.populations import Population
+from simulate.sampling import sample
 
 
 def reports(mechanism, truth: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -25,7 +26,7 @@ def reports(mechanism, truth: np.ndarray, n: int, seed: int) -> tuple[np.ndarray
     generator = np.random.default_rng(seed)
     true_counts = generator.multinomial(n, truth)
     users = np.repeat(np.arange(truth.size), true_counts)
-    outputs = mechanism.sample(users, generator)
+    outputs = sample(mechanism, users, generator)
     return np.bincount(outputs, minlength=truth.size).astype(float), true_counts / n
 
 
@@ -59,11 +60,11 @@ def test_krr_default_beats_the_raw_reports_where_one_split_stopped_at_the_first_
     channel = channel_for(mechanism)
     default, raw, first_step = [], [], 0
     for seed in range(6):
-        counts, sample = reports(mechanism, truth, 10_000, seed)
+        counts, empirical = reports(mechanism, truth, 10_000, seed)
         fitted = default_estimator(channel).fit(counts, channel)
         first_step += fitted.n_iter_ == 1
-        default.append(total_variation(sample, fitted.frequencies_))
-        raw.append(total_variation(sample, counts / counts.sum()))
+        default.append(total_variation(empirical, fitted.frequencies_))
+        raw.append(total_variation(empirical, counts / counts.sum()))
     print("default", np.round(default, 4), "raw", np.round(raw, 4), "at step 1:", first_step)
     assert first_step <= 1
     assert np.mean(default) < 0.98 * np.mean(raw)
@@ -79,17 +80,19 @@ def test_default_is_not_worse_than_the_raw_reports(name, n):
     mechanism, truth = small_case(name)
     channel = channel_for(mechanism)
 
-    def error(sample: np.ndarray, estimate_: np.ndarray) -> float:
+    def error(empirical: np.ndarray, estimate_: np.ndarray) -> float:
         # Locations are judged by the distance mass is misplaced by, categories by TV.
         if name == "planar_laplace":
-            return earth_movers_distance(sample, estimate_, mechanism.grid)
-        return total_variation(sample, estimate_)
+            return earth_movers_distance(empirical, estimate_, mechanism.grid)
+        return total_variation(empirical, estimate_)
 
     default, raw = [], []
     for seed in range(4):
-        counts, sample = reports(mechanism, truth, n, seed)
-        default.append(error(sample, default_estimator(channel).fit(counts, channel).frequencies_))
-        raw.append(error(sample, counts / counts.sum()))
+        counts, empirical = reports(mechanism, truth, n, seed)
+        default.append(
+            error(empirical, default_estimator(channel).fit(counts, channel).frequencies_)
+        )
+        raw.append(error(empirical, counts / counts.sum()))
     assert all(d <= r for d, r in zip(default, raw, strict=True)), (default, raw)
 
 
@@ -99,13 +102,13 @@ def test_planar_default_is_close_to_the_hindsight_best_iteration_count():
     mechanism = PlanarLaplace(epsilon=math.log(2) / 100, grid=grid)
     channel = channel_for(mechanism)
     for seed in range(3):
-        counts, sample = reports(mechanism, truth, 5000, seed)
+        counts, empirical = reports(mechanism, truth, 5000, seed)
         fitted = default_estimator(channel).fit(counts, channel)
-        default = earth_movers_distance(sample, fitted.frequencies_, grid)
+        default = earth_movers_distance(empirical, fitted.frequencies_, grid)
         steps, best = _steps(channel, counts), math.inf
         for _ in range(150):
             steps.advance(1, 0.0)
-            best = min(best, earth_movers_distance(sample, steps.p, grid))
+            best = min(best, earth_movers_distance(empirical, steps.p, grid))
         assert default <= 1.05 * best, (seed, default, best)
 
 

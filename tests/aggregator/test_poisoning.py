@@ -20,6 +20,7 @@ from aggregator.estimation import poisoning
 from aggregator.storage.store import StoredReport
 from shared.mechanisms import KRR, PlanarLaplace
 from shared.spec import CampaignSpec
+from simulate.sampling import sample
 
 K = 100
 N_HONEST = 100_000
@@ -36,7 +37,7 @@ POPULATIONS = {
 def honest_counts(population: np.ndarray, seed: int, n: int = N_HONEST) -> np.ndarray:
     generator = np.random.default_rng(seed)
     true_values = generator.choice(K, size=n, p=population)
-    return np.bincount(MECHANISM.sample(true_values, generator), minlength=K)
+    return np.bincount(sample(MECHANISM, true_values, generator), minlength=K)
 
 
 def attacked(counts: np.ndarray, target: int = K - 1, fakes: int = N_FAKE) -> np.ndarray:

@@ -7,11 +7,10 @@ server restarts on the same data directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -19,9 +18,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from support import free_port
+from support import RunningServer, running_server
 
-ROOT = Path(__file__).resolve().parents[2]
 ADMIN_TOKEN = "e2e-admin-token-0123456789abcdefghijkl"
 ANALYST_TOKEN = "e2e-analyst-token-0123456789abcdefghijkl"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -37,65 +35,28 @@ TIMEOUT = 10
 
 
 class Server:
+    """``serve`` on one data directory, which a test can stop and start again."""
+
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/api/v1"
-        self.process: subprocess.Popen | None = None
+        self.url = ""
+        self._running: RunningServer | None = None
+        self._stack = contextlib.ExitStack()
 
     def start(self) -> None:
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "LDP_ADMIN_TOKEN": ADMIN_TOKEN,
-            "LDP_ANALYST_TOKEN": ANALYST_TOKEN,
-            "LDP_DATA_DIR": str(self.data_dir),
-        }
-        env.pop("LDP_REDIS_URL", None)
-        self.log = open(self.data_dir.parent / "server.log", "ab")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "aggregator.cli",
-                "serve",
-                "--port",
-                str(self.port),
-                "--workers",
-                "2",
-            ],
-            cwd=self.data_dir.parent,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
+        settings = {"LDP_ADMIN_TOKEN": ADMIN_TOKEN, "LDP_ANALYST_TOKEN": ANALYST_TOKEN}
+        self._running = self._stack.enter_context(
+            running_server(self.data_dir, env=settings, workers=2)
         )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, (self.data_dir.parent / "server.log").read_text()
-            try:
-                healthy = requests.get(f"{self.url}/health", timeout=1).status_code == 200
-            except requests.RequestException:  # refused, or accepted before a worker booted
-                healthy = False
-            if healthy and len(self.workers()) == 2:
-                return
-            time.sleep(0.1)
-        raise AssertionError("the server did not come up")
+        self.url = self._running.api
 
     def workers(self) -> list[int]:
         """The gunicorn workers (the master's other child is the embedded redis-server)."""
-        pid = self.process.pid
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        return [
-            int(child)
-            for child in children
-            if b"redis-server" not in Path(f"/proc/{child}/cmdline").read_bytes()
-        ]
+        assert self._running is not None
+        return self._running.workers()
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(timeout=30)
-        self.log.close()
+        self._stack.close()
 
 
 @pytest.fixture

@@ -13,12 +13,12 @@ import math
 import socket
 import threading
 import time
-import uuid
 from collections import Counter
 
 import pytest
 import redis
 import requests
+from support import unique_id
 
 from client import (
     BudgetExceeded,
@@ -36,25 +36,9 @@ from shared.spec import CampaignSpec
 LABELS = ["apple", "banana", "cherry", "durian"]
 
 
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def create_campaign(live_server, spec: dict) -> dict:
-    response = requests.post(
-        f"{live_server.url}/api/v1/campaigns",
-        json=spec,
-        headers={"Authorization": f"Bearer {live_server.admin_token}"},
-        timeout=10,
-    )
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
 def krr_campaign(live_server, epsilon: float = 1.0, labels: list[str] = LABELS) -> str:
-    campaign_id = new_id("fruit")
-    create_campaign(
-        live_server,
+    campaign_id = unique_id("fruit")
+    live_server.create_campaign(
         {
             "id": campaign_id,
             "title": "Fruit",
@@ -67,9 +51,8 @@ def krr_campaign(live_server, epsilon: float = 1.0, labels: list[str] = LABELS) 
 
 
 def planar_campaign(live_server) -> str:
-    campaign_id = new_id("where")
-    create_campaign(
-        live_server,
+    campaign_id = unique_id("where")
+    live_server.create_campaign(
         {
             "id": campaign_id,
             "title": "Where",

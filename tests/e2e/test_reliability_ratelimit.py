@@ -2,42 +2,35 @@
 
 from __future__ import annotations
 
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 import requests
+from support import running_server
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-from load_harness import ADMIN_TOKEN, RedisProcess, ServerProcess
-
+ADMIN_TOKEN = "ratelimit-admin-token-0123456789abcdefgh"
 LIMIT = 3
 SPEC = {"id": "limited", "title": "Limited", "mechanism": "rr", "epsilon": 1.0}
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    base = tmp_path_factory.mktemp("ratelimit")
-    redis_proc = RedisProcess(base / "redis", "everysec")
-    redis_proc.start()
-    limits = {
+    settings = {
+        "LDP_ADMIN_TOKEN": ADMIN_TOKEN,
         "LDP_RATELIMIT_PUBLIC": f"{LIMIT} per minute",
         "LDP_RATELIMIT_REPORTS": f"{LIMIT} per minute",
         "LDP_RATELIMIT_LOGIN": f"{LIMIT} per minute",
     }
-    srv = ServerProcess(redis_proc.url, 2, base / "server.log", env=limits)
-    created = requests.post(
-        f"{srv.url}/api/v1/campaigns",
-        json=SPEC,
-        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-        timeout=10,
-    )
-    assert created.status_code == 201
-    yield srv
-    srv.stop()
-    redis_proc.stop()
+    data_dir = tmp_path_factory.mktemp("ratelimit") / "data"
+    with running_server(data_dir, env=settings, workers=2) as srv:
+        created = requests.post(
+            f"{srv.api}/campaigns",
+            json=SPEC,
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            timeout=10,
+        )
+        assert created.status_code == 201
+        yield srv
 
 
 def report() -> dict:

@@ -20,66 +20,23 @@ from pathlib import Path
 import pytest
 import redis
 import requests
-from support import free_port
+from support import free_port, running_server, server_env
 
 from aggregator.storage.redis_server import EmbeddedRedis
 
-ROOT = Path(__file__).resolve().parents[2]
 ADMIN_TOKEN = "ownership-admin-token-0123456789abcdef"
 SPEC = {"id": "own", "title": "Ownership", "mechanism": "krr", "epsilon": 1.0, "domain": ["a", "b"]}
 
 
-def _env(data_dir: Path) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "LDP_ADMIN_TOKEN": ADMIN_TOKEN,
-        "LDP_DATA_DIR": str(data_dir),
-    }
-    env.pop("LDP_REDIS_URL", None)
-    env.pop("LDP_ANALYST_TOKEN", None)
-    return env
+def _env(data_dir: Path, **settings: str) -> dict[str, str]:
+    return server_env(data_dir, {"LDP_ADMIN_TOKEN": ADMIN_TOKEN, **settings})
 
 
-def _serve(data_dir: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    with open(log, "ab") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "aggregator.cli",
-                "serve",
-                "--port",
-                str(port),
-                "--workers",
-                "1",
-            ],
-            cwd=data_dir.parent,
-            env=_env(data_dir),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    return process, f"http://127.0.0.1:{port}/api/v1"
-
-
-def _wait_healthy(process: subprocess.Popen, url: str, log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert process.poll() is None, log.read_text()
-        try:
-            if requests.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"serve did not come up:\n{log.read_text()}")
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
+def _serve(data_dir: Path, log: Path):
+    """One ``serve`` with a single worker on ``data_dir``, as a context manager."""
+    return running_server(
+        data_dir, env={"LDP_ADMIN_TOKEN": ADMIN_TOKEN}, workers=1, log_path=log, startup_s=30
+    )
 
 
 def _redis_pid(data_dir: Path) -> int:
@@ -120,26 +77,17 @@ def _n_reports(url: str) -> int:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc and prctl")
 def test_kill_9_of_serve_takes_its_redis_along_and_the_next_serve_has_every_report(tmp_path):
     data_dir, log = tmp_path / "data", tmp_path / "serve.log"
-    first, url = _serve(data_dir, log)
-    try:
-        _wait_healthy(first, url, log)
+    with _serve(data_dir, log) as first:
         headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-        assert requests.post(f"{url}/campaigns", json=SPEC, headers=headers, timeout=10).ok
-        accepted = _send(url, 200)
+        assert requests.post(f"{first.api}/campaigns", json=SPEC, headers=headers, timeout=10).ok
+        accepted = _send(first.api, 200)
         redis_pid = _redis_pid(data_dir)
-        first.send_signal(signal.SIGKILL)
-        first.wait(timeout=10)
+        first.process.send_signal(signal.SIGKILL)
+        first.process.wait(timeout=10)
         assert _gone(redis_pid, within_s=10), "the embedded redis-server outlived serve"
-    finally:
-        if first.poll() is None:
-            first.kill()
-    second, url = _serve(data_dir, log)
-    try:
-        _wait_healthy(second, url, log)
+    with _serve(data_dir, log) as second:
         assert _redis_pid(data_dir) != redis_pid
-        assert _n_reports(url) == accepted == 200
-    finally:
-        _stop(second)
+        assert _n_reports(second.api) == accepted == 200
     assert not EmbeddedRedis(data_dir).is_running()
 
 
@@ -178,23 +126,17 @@ def test_a_redis_left_by_a_dead_owner_is_shut_down_and_its_data_kept(tmp_path):
             owner.kill()
     assert EmbeddedRedis(data_dir).is_running()  # the orphan
 
-    serve, url = _serve(data_dir, log)
-    try:
-        _wait_healthy(serve, url, log)
+    with _serve(data_dir, log) as serve:
         assert _gone(orphan_pid, within_s=10)
         assert _redis_pid(data_dir) != orphan_pid
-        assert _n_reports(url) == 300
+        assert _n_reports(serve.api) == 300
         text = log.read_text()
         assert "left running" in text and str(orphan_pid) in text
-    finally:
-        _stop(serve)
 
 
 def test_a_second_serve_on_the_same_data_directory_is_refused(tmp_path):
     data_dir, log = tmp_path / "data", tmp_path / "serve.log"
-    first, url = _serve(data_dir, log)
-    try:
-        _wait_healthy(first, url, log)
+    with _serve(data_dir, log) as first:
         second = subprocess.run(
             [sys.executable, "-m", "aggregator.cli", "serve", "--port", str(free_port())],
             cwd=tmp_path,
@@ -204,19 +146,17 @@ def test_a_second_serve_on_the_same_data_directory_is_refused(tmp_path):
             timeout=60,
         )
         assert second.returncode == 1
-        assert f"pid {first.pid}" in second.stderr
+        assert f"pid {first.process.pid}" in second.stderr
         assert str(data_dir) in second.stderr
         # The first server is unharmed, and keeps its gunicorn control socket to itself.
-        assert requests.get(f"{url}/health", timeout=5).status_code == 200
+        assert requests.get(f"{first.api}/health", timeout=5).status_code == 200
         assert (data_dir / "gunicorn.ctl").exists()
-    finally:
-        _stop(first)
     assert not EmbeddedRedis(data_dir).is_running()
 
 
 def test_serve_refuses_a_weak_token_before_starting_anything(tmp_path):
     data_dir = tmp_path / "data"
-    env = {**_env(data_dir), "LDP_ADMIN_TOKEN": "change-me"}
+    env = _env(data_dir, LDP_ADMIN_TOKEN="change-me")
     result = subprocess.run(
         [sys.executable, "-m", "aggregator.cli", "serve", "--port", str(free_port())],
         cwd=tmp_path,

@@ -13,22 +13,19 @@ import contextlib
 import random
 import socket
 import statistics
-import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 import requests
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-from load_harness import ADMIN_TOKEN, ANALYST_TOKEN, RedisProcess, ServerProcess
+from support import running_server
 
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
 
+ADMIN_TOKEN = "concurrency-admin-token-0123456789abcdef"
+ANALYST_TOKEN = "concurrency-analyst-token-0123456789abcdef"
 SLOW_CLIENTS = 40
 DRIBBLE_INTERVAL_S = 0.2
 # A normal request must be answered within this while the slow clients dribble.
@@ -107,12 +104,16 @@ def test_a_normal_request_is_answered_while_slow_clients_dribble_headers(live_se
 
 @pytest.fixture
 def one_worker_server(tmp_path):
-    redis_process = RedisProcess(tmp_path / "redis", "everysec")
-    redis_process.start()
-    server = ServerProcess(redis_process.url, 1, tmp_path / "server.log")
-    yield server
-    server.stop()
-    redis_process.stop()
+    settings = {
+        "LDP_ADMIN_TOKEN": ADMIN_TOKEN,
+        "LDP_ANALYST_TOKEN": ANALYST_TOKEN,
+        # Every request comes from one address: keep the limits out of the way.
+        "LDP_RATELIMIT_PUBLIC": "10000000 per minute",
+        "LDP_RATELIMIT_REPORTS": "10000000 per minute",
+        "LDP_REPORT_BUDGET": "1000000000 per hour",
+    }
+    with running_server(tmp_path / "data", env=settings, workers=1) as server:
+        yield server
 
 
 def test_a_long_estimate_does_not_freeze_its_worker(one_worker_server):

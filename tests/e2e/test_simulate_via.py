@@ -1,4 +1,4 @@
-"""``ldp-simulate --via``: simulated users through the real client to a real server process.
+"""``ldp-simulate via``: simulated users through the real client to a real server process.
 
 Uses the ``live_server`` fixture (a server process on loopback with a real
 Redis). Kept small: a few hundred users in all.
@@ -7,10 +7,10 @@ Redis). Kept small: a few hundred users in all.
 from __future__ import annotations
 
 import json
-import uuid
 
 import numpy as np
 from click.testing import CliRunner
+from support import unique_id
 
 from aggregator.estimation import channel_for
 from shared.geo import Grid, Region
@@ -22,10 +22,6 @@ from simulate.runner import estimate_methods, simulate
 from simulate.via import run_via_server
 
 LABELS = ["bus", "bike", "car", "foot", "train"]
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 def assert_server_runs_our_estimators(result, mechanism, methods):
@@ -40,7 +36,7 @@ def test_end_to_end_accuracy_matches_the_in_process_simulation(live_server):
     population = Population.zipf(5, 1.1, labels=LABELS)
     spec = CampaignSpec.from_dict(
         {
-            "id": new_id("commute"),
+            "id": unique_id("commute"),
             "title": "Commute",
             "mechanism": "krr",
             "epsilon": 2.0,
@@ -89,7 +85,7 @@ def test_end_to_end_locations_are_scored_by_earth_movers_distance(live_server):
     grid = Grid(Region(48.10, 48.1135, 11.50, 11.5201), 250.0)
     spec = CampaignSpec.from_dict(
         {
-            "id": new_id("where"),
+            "id": unique_id("where"),
             "title": "Where",
             "mechanism": "planar_laplace",
             "epsilon": 0.01,
@@ -121,8 +117,8 @@ def test_the_command_creates_then_reuses_a_campaign(live_server):
         "LDP_ADMIN_TOKEN": live_server.admin_token,
         "LDP_ANALYST_TOKEN": live_server.analyst_token,
     }
-    campaign = new_id("pets")
-    args = ["--no-progress", "--via", live_server.url, "--campaign", campaign]
+    campaign = unique_id("pets")
+    args = ["via", "--no-progress", "--server", live_server.url, "--campaign", campaign]
     first = runner.invoke(
         main,
         [
@@ -157,11 +153,12 @@ def test_creating_a_campaign_needs_the_admin_token(live_server):
     result = CliRunner().invoke(
         main,
         [
+            "via",
             "--no-progress",
-            "--via",
+            "--server",
             live_server.url,
             "--campaign",
-            new_id("nope"),
+            unique_id("nope"),
             "-n",
             "5",
             "-e",
@@ -176,8 +173,8 @@ def test_creating_a_campaign_needs_the_admin_token(live_server):
 def test_a_wrong_admin_token_is_reported(live_server):
     result = CliRunner().invoke(
         main,
-        ["--no-progress", "--via", live_server.url, "-n", "5", "-e", "1", "--admin-token", "wrong"],
-        env={"LDP_ANALYST_TOKEN": ""},
+        ["via", "--no-progress", "-n", "5", "-e", "1", "--admin-token", "wrong"],
+        env={"LDP_SERVER_URL": live_server.url, "LDP_ANALYST_TOKEN": ""},
     )
     assert result.exit_code == 1
     assert "Error: cannot create campaign" in result.output and "(401)" in result.output

@@ -344,7 +344,7 @@ def test_region_bounds_must_be_finite_numbers(name, value):
         ({"lon_min": -122.41}, "region.lon_min"),
         ({"lon_min": -122.40}, "region.lon_min"),
         ({"lat_min": 85.0, "lat_max": 85.01}, "region.lat_max"),  # beyond ±85°
-        ({"lat_min": -85.01, "lat_max": -85.0}, "region.lat_max"),
+        ({"lat_min": -85.01, "lat_max": -85.0}, "region.lat_min"),
     ],
 )
 def test_region_bounds_are_checked(changes, field):

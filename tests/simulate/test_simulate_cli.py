@@ -1,4 +1,4 @@
-"""``ldp-simulate`` in-process: tables, JSON, figures, errors, and the Gowalla reproduction."""
+"""``ldp-simulate run`` and ``reproduce``: tables, JSON, figures, errors, and the Gowalla data."""
 
 from __future__ import annotations
 
@@ -6,27 +6,74 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from simulate.cli import main, parse_epsilon, parse_n
+from simulate.cli import main
+from simulate.options import parse_epsilon, parse_n
+from simulate.reproduce import square_region
 from simulate.runner import ALL_METHODS
 
 GOWALLA = Path(__file__).resolve().parents[3] / "shared" / "data" / "gowalla_sf_downtown.csv"
-# The 3 km square around the Gowalla check-ins that scripts/reproduce_gowalla.py uses.
+# The 3 km square around the Gowalla check-ins that ``ldp-simulate reproduce`` uses.
 GOWALLA_REGION = "37.7723373,37.7993168,-122.4233913,-122.3892533"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
 def run(*args: str):
-    return CliRunner().invoke(main, ["--no-progress", *args], catch_exceptions=False)
+    return invoke("run", "--no-progress", *args)
 
 
-def test_version_and_short_help():
-    version = run("--version")
-    assert version.exit_code == 0
+@pytest.mark.parametrize("command", [[], ["run"], ["via"], ["reproduce"]])
+def test_version_and_short_help_on_the_group_and_each_subcommand(command):
+    version = invoke(*command, "--version")
+    assert version.exit_code == 0, version.output
     assert version.output.startswith("ldp-simulate, version ")
-    assert run("-h").output.startswith("Usage: main [OPTIONS]")
+    usage = invoke(*command, "-h")
+    assert usage.exit_code == 0, usage.output
+    assert usage.output.startswith(f"Usage: {' '.join(['ldp-simulate', *command])} [OPTIONS]")
+
+
+def test_the_group_lists_its_subcommands():
+    listed = invoke("-h").output.split("Commands:", 1)[1].split()
+    assert {"run", "via", "reproduce"} <= set(listed)
+
+
+def test_each_subcommand_has_only_its_own_options():
+    run_help, via_help, reproduce_help = (
+        invoke(c, "-h").output for c in ("run", "via", "reproduce")
+    )
+    for option in ("--repeats", "--plot", "--ibu-iterations"):
+        assert option in run_help and option not in via_help
+    for option in ("--server", "--campaign", "--admin-token", "--workers", "--deadline"):
+        assert option in via_help and option not in run_help and option not in reproduce_help
+    assert "--population" not in reproduce_help
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--population", "zipf"], "Options follow the subcommand: 'ldp-simulate run"),
+        (["--via", "http://127.0.0.1:9"], "'ldp-simulate via --server URL"),
+        (["simulate"], "No such command 'simulate'"),
+        (["run", "--via", "http://127.0.0.1:9"], "No such option '--via'"),
+        (["run", "--workers", "2"], "No such option '--workers'"),
+        (["via", "-e", "1"], "Missing option '--server'"),
+        (["via", "--server", "http://127.0.0.1:9", "-e", "1,2"], "'1,2' is not a number"),
+        (["via", "--server", "http://127.0.0.1:9", "--repeats", "3"], "No such option"),
+        (["reproduce"], "Missing option '--csv'"),
+        (["reproduce", "--csv", "no-such-file.csv"], "does not exist"),
+    ],
+)
+def test_options_in_the_wrong_place_are_usage_errors(args, message):
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
 
 
 def test_epsilon_and_n_notations():
@@ -180,7 +227,6 @@ def test_a_csv_column_population(tmp_path):
             1,
             "Error: region.lat_min must be below lat_max",
         ),
-        (["--via", "http://127.0.0.1:9", "-e", "1,2"], 2, "at most one --epsilon"),
     ],
 )
 def test_bad_input_is_an_error_with_a_non_zero_exit(args, code, message):
@@ -237,3 +283,58 @@ def test_gowalla_planar_laplace_beats_krr_by_earth_movers_distance():
     # IBU recovers the check-ins from planar Laplace reports far better than from k-RR ones.
     assert emd[("planar_laplace", "ibu")] < 0.5 * emd[("krr", "ibu")]
     assert emd[("planar_laplace", "ibu")] < emd[("planar_laplace", "noisy")]
+
+
+def write_check_ins(path: Path, n: int = 1500) -> Path:
+    """Clustered points whose bounding box is a 2.9 km square, so the reproduction's grid is 20 x 20."""
+    box = square_region(48.137, 11.575, 2900.0)
+    rng = np.random.default_rng(5)
+    centres = rng.uniform((box.lat_min, box.lon_min), (box.lat_max, box.lon_max), size=(4, 2))
+    points = centres[rng.integers(0, 4, n)] + rng.normal(0, 0.002, size=(n, 2))
+    lows, highs = (box.lat_min, box.lon_min), (box.lat_max, box.lon_max)
+    points = np.vstack([np.clip(points, lows, highs), [lows, highs]])  # the corners fix the box
+    lines = [f"{i},{lat:.7f},{lon:.7f},0" for i, (lat, lon) in enumerate(points)]
+    path.write_text("user_id,lat,lon,unix_time\n" + "\n".join(lines) + "\n")
+    return path
+
+
+def test_reproduce_compares_planar_laplace_and_krr_on_a_points_file(tmp_path):
+    check_ins = write_check_ins(tmp_path / "check_ins.csv")
+    args = ["reproduce", "--csv", str(check_ins), "--repeats", "2", "--ibu-iterations", "50"]
+    result = invoke(*args, "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert (document["check_ins"], document["grid"]["rows"], document["grid"]["cols"]) == (
+        1502,
+        20,
+        20,
+    )
+    rows = [(r["mechanism"], r["estimator"], r["ibu_iterations"]) for r in document["results"]]
+    assert rows[:2] + rows[3:5] == [
+        ("planar_laplace", "IBU, fixed", 50),
+        ("planar_laplace", "noisy reports as they are", None),
+        ("krr", "IBU, fixed", 50),
+        ("krr", "noisy reports as they are", None),
+    ]
+    assert [rows[2][:2], rows[5][:2]] == [
+        ("planar_laplace", "IBU, cross-validated"),
+        ("krr", "IBU, cross-validated"),
+    ]
+    emd = {(r["mechanism"], r["estimator"]): r["emd_m"] for r in document["results"]}
+    assert emd[("planar_laplace", "IBU, fixed")] < emd[("krr", "IBU, fixed")]
+
+    table = invoke(*args).stdout.splitlines()
+    assert table[3].startswith("| mechanism | epsilon | estimator | IBU iterations | EMD (m)")
+    assert table[5].startswith("| planar_laplace | ln(2)/100 per m | IBU, fixed | 50 | ")
+    assert len(table) == 11
+
+
+def test_reproduce_names_a_bad_line_without_echoing_it(tmp_path):
+    check_ins = write_check_ins(tmp_path / "check_ins.csv")
+    lines = check_ins.read_text().splitlines()
+    lines[7] = "7,48.13x,11.575,0"
+    check_ins.write_text("\n".join(lines) + "\n")
+    result = invoke("reproduce", "--csv", str(check_ins), "--repeats", "1")
+    assert result.exit_code == 1
+    assert "line 8: column 'lat' is not a number" in result.output
+    assert "48.13x" not in result.output

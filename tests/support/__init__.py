@@ -1,12 +1,20 @@
-"""Helpers the tests share (importable as ``support``: ``tests/`` is on the path of every test)."""
+"""Helpers the tests share (importable as ``support``: ``tests/`` is on the path of every test).
 
-from __future__ import annotations
+* :func:`free_port`: a loopback port nothing listens on;
+* :func:`unique_id`: a campaign id no other test uses (tests share ``live_server``);
+* :func:`running_server`: a real ``ldp-aggregator serve`` process for the
+  length of a ``with`` block (:class:`RunningServer`), and :func:`stop_server`.
+"""
 
-import socket
+from support.ids import unique_id
+from support.ports import free_port
+from support.server import RunningServer, running_server, server_env, stop_server
 
-
-def free_port() -> int:
-    """A TCP port on the loopback interface that nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+__all__ = [
+    "RunningServer",
+    "free_port",
+    "running_server",
+    "server_env",
+    "stop_server",
+    "unique_id",
+]

@@ -16,23 +16,27 @@
 -- ARGV[12] the number D of distinct outputs in the batch, then D pairs (output index,
 -- value JSON); then per report: its output index and, only if ARGV[3] is 1, its token digest
 --
--- Returns {status, accepted, duplicates, index, hits, ttl}; status 0 = stored,
--- 1 = no such campaign, 2 = campaign closed, 3 = report number `index` (1-based) has no
--- unused enrollment token, 4 = the campaign's spec hash is not ARGV[5] (validated against a
--- spec no longer stored), 5 = rate limited, 6 = the new reports would overdraw the
--- client's report budget (`ttl`: seconds left in the budget window), 7 = they would take
--- the campaign past its quota. `hits` is this window's submissions so far and `ttl` the
--- seconds left in it (both 0 without a limit). Nothing is written unless the status is 0,
--- except the rate-limit counter (statuses 0, 2, 3, 5, 6, 7). A report id already stored is
+-- Returns {status, accepted, duplicates, index, hits, ttl}; status STORED, NO_CAMPAIGN,
+-- CLOSED, NO_TOKEN (report number `index` (1-based) has no unused enrollment token),
+-- SPEC_CHANGED (the campaign's spec hash is not ARGV[5]: validated against a spec no longer
+-- stored), RATE_LIMITED, OVER_BUDGET (the new reports would overdraw the client's report
+-- budget; `ttl`: seconds left in the budget window) or OVER_QUOTA (they would take the
+-- campaign past its quota). `hits` is this window's submissions so far and `ttl` the
+-- seconds left in it (both 0 without a limit). Nothing is written unless the status is STORED,
+-- except the rate-limit counter (all statuses but NO_CAMPAIGN and SPEC_CHANGED). A report id already stored is
 -- a duplicate whatever its token (a retry must not be refused because its token was spent
 -- by itself), and duplicates count against neither the budget nor the quota.
+-- Status codes (aggregator.storage.store.IngestStatus has the same names and values).
+local STORED, NO_CAMPAIGN, CLOSED, NO_TOKEN, SPEC_CHANGED = 0, 1, 2, 3, 4
+local RATE_LIMITED, OVER_BUDGET, OVER_QUOTA = 5, 6, 7
+
 local meta = redis.call('HMGET', KEYS[1], 'status', 'spec_hash')
 local status = meta[1]
 if not status then
-  return {1, 0, 0, 0, 0, 0}
+  return {NO_CAMPAIGN, 0, 0, 0, 0, 0}
 end
 if ARGV[5] ~= '' and meta[2] ~= ARGV[5] then
-  return {4, 0, 0, 0, 0, 0}
+  return {SPEC_CHANGED, 0, 0, 0, 0, 0}
 end
 local limit = tonumber(ARGV[6])
 local hits, window_ttl = 0, 0
@@ -43,11 +47,11 @@ if limit > 0 then
   end
   window_ttl = redis.call('TTL', KEYS[6])
   if hits > limit then
-    return {5, 0, 0, 0, hits, window_ttl}
+    return {RATE_LIMITED, 0, 0, 0, hits, window_ttl}
   end
 end
 if status ~= 'open' then
-  return {2, 0, 0, 0, hits, window_ttl}
+  return {CLOSED, 0, 0, 0, hits, window_ttl}
 end
 local ttl = ARGV[1]
 local hour = ARGV[2]
@@ -90,14 +94,14 @@ if budget > 0 then
     if budget_ttl < 0 then
       budget_ttl = tonumber(ARGV[9])
     end
-    return {6, 0, 0, 0, hits, budget_ttl}
+    return {OVER_BUDGET, 0, 0, 0, hits, budget_ttl}
   end
 end
 local quota = tonumber(ARGV[10])
 if quota > 0 then
   local stored = tonumber(redis.call('HGET', KEYS[1], 'n_reports') or '0')
   if stored + n > quota and stored + count_fresh() > quota then
-    return {7, 0, 0, 0, hits, window_ttl}
+    return {OVER_QUOTA, 0, 0, 0, hits, window_ttl}
   end
 end
 
@@ -109,7 +113,7 @@ if enrollment then
     if not ids[id] and redis.call('EXISTS', KEYS[7 + r]) == 0 then
       ids[id] = true
       if token == '' or tokens[token] or redis.call('SISMEMBER', KEYS[5], token) == 0 then
-        return {3, 0, 0, r, hits, window_ttl}
+        return {NO_TOKEN, 0, 0, r, hits, window_ttl}
       end
       tokens[token] = true
     end
@@ -143,4 +147,4 @@ if accepted > 0 then
     redis.call('XTRIM', KEYS[4], 'MINID', min_id)
   end
 end
-return {0, accepted, duplicates, 0, hits, window_ttl}
+return {STORED, accepted, duplicates, 0, hits, window_ttl}

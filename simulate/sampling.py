@@ -1,0 +1,48 @@
+"""Vectorised samplers of the mechanisms, for simulating many users at once.
+
+These draw from a numpy ``Generator`` and are for simulation only: a device
+perturbs its one value with the mechanism's own exact, CSPRNG-driven
+``perturb``. Each sampler has the same distribution as ``perturb`` up to
+floating-point rounding (tests/shared/test_shared_mechanisms.py checks both
+against the channel).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from shared.mechanisms import KRR, Mechanism, PlanarLaplace
+
+
+@functools.singledispatch
+def sample(mechanism: Mechanism, x: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+    """Output indices for an integer array of input indices ``x``."""
+    raise TypeError(f"no vectorised sampler for {type(mechanism).__name__}")
+
+
+@sample.register
+def _krr(mechanism: KRR, x: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+    x = np.asarray(x, dtype=np.int64)
+    keep = generator.random(x.shape) < mechanism.p_keep
+    # Another label, uniformly: draw from k - 1 and skip over the true one.
+    other = generator.integers(0, mechanism.k - 1, size=x.shape, dtype=np.int64)
+    other += other >= x
+    return np.where(keep, x, other)
+
+
+@sample.register
+def _planar(mechanism: PlanarLaplace, x: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+    x = np.asarray(x, dtype=np.int64)
+    grid = mechanism.grid
+    cell = grid.cell_size_m
+    row, col = np.divmod(x, grid.cols)
+    # Planar Laplace in polar form: a Gamma(2, 1/epsilon) radius and a uniform angle.
+    radius = generator.gamma(2.0, 1.0 / mechanism.epsilon, size=x.shape)
+    theta = generator.uniform(0.0, 2.0 * np.pi, size=x.shape)
+    px = (col + 0.5) * cell + radius * np.cos(theta)
+    py = (row + 0.5) * cell + radius * np.sin(theta)
+    out_col = np.clip(np.floor(px / cell), 0, grid.cols - 1).astype(np.int64)
+    out_row = np.clip(np.floor(py / cell), 0, grid.rows - 1).astype(np.int64)
+    return out_row * grid.cols + out_col
