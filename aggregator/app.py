@@ -71,7 +71,9 @@ class _SessionInterface(SecureCookieSessionInterface):
     that says so: ``TRUSTED_PROXIES``).
     """
 
-    def open_session(self, app: flask.Flask, request: flask.Request) -> SessionMixin | None:
+    def open_session(  # type: ignore[override]  # the API's null session is a SessionMixin too
+        self, app: flask.Flask, request: flask.Request
+    ) -> SessionMixin | None:
         if request.path.startswith("/api/"):
             return self.null_session_class()
         return super().open_session(app, request)
@@ -101,7 +103,7 @@ def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
     else:
         app.config.from_mapping(test_config)
     _check_settings(app.config)
-    app.json.sort_keys = False
+    app.json.sort_keys = False  # type: ignore[attr-defined]  # Flask's default JSON provider
     app.session_interface = _SessionInterface()
     proxies = app.config["TRUSTED_PROXIES"]
     if proxies:

@@ -17,8 +17,9 @@ from client.errors import (
     StateError,
     UntrustedSpec,
 )
+from client.outbox import FlushResult
 from client.policy import Policy
-from client.reporter import FlushResult, Reporter, ReportResult
+from client.reporter import Reporter, ReportResult
 from client.state import default_state_dir
 
 __all__ = [

@@ -7,8 +7,10 @@ usage errors exit with 2. Nothing printed ever holds the true value.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -34,7 +36,9 @@ FORGET_WARNING = (
 )
 
 
-class _PositiveFinite(click.ParamType):
+# click is generic in its converted type only from 8.4 on (this package supports 8.1), and a
+# subscripted base would fail there at import.
+class _PositiveFinite(click.ParamType):  # type: ignore[type-arg]
     """A finite number above 0 (``click.FloatRange`` lets NaN through)."""
 
     name = "number"
@@ -94,7 +98,13 @@ class _Context:
         self.policy = policy
         self.timeout = timeout
 
-    def reporter(self, as_json: bool, *, need_server: bool = True) -> Reporter:
+    @contextlib.contextmanager
+    def reporter(self, as_json: bool, *, need_server: bool = True) -> Iterator[Reporter]:
+        """A reporter for one command, closed after it; the library's errors leave as CLIError.
+
+        Every command goes through here, so every failure looks the same: ``Error: ...``
+        and exit status 1, with the ``{"code", "message", "field"}`` object under ``--json``.
+        """
         server = self.server
         if server is None:
             if need_server:
@@ -108,7 +118,7 @@ class _Context:
                 )
             server = "http://localhost"
         try:
-            return Reporter(
+            reporter = Reporter(
                 server,
                 state_dir=self.state_dir,
                 policy=self.policy,
@@ -118,6 +128,11 @@ class _Context:
             raise CLIError(
                 {"code": "invalid_server", "message": str(exc), "field": "server"}, as_json
             ) from exc
+        with reporter:
+            try:
+                yield reporter
+            except LDPError as exc:
+                raise _fail(exc, as_json) from exc
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -209,10 +224,7 @@ def report(
         raise click.UsageError("give VALUE, or --lat and --lon for a location campaign")
     answer: Any = value if lat is None else {"lat": lat, "lon": lon}
     with obj.reporter(as_json) as reporter:
-        try:
-            result = reporter.report(campaign, answer, dry_run=dry_run)
-        except LDPError as exc:
-            raise _fail(exc, as_json) from exc
+        result = reporter.report(campaign, answer, dry_run=dry_run)
     if as_json:
         click.echo(json.dumps(result.to_dict()))
         return
@@ -246,10 +258,7 @@ def report(
 def status(obj: _Context, as_json: bool) -> None:
     """Budget spent and left per campaign, and reports waiting to be sent."""
     with obj.reporter(as_json, need_server=False) as reporter:
-        try:
-            info = reporter.status()
-        except LDPError as exc:
-            raise _fail(exc, as_json) from exc
+        info = reporter.status()
     if obj.server is None:
         info["server"] = None
     if as_json:
@@ -287,10 +296,7 @@ def status(obj: _Context, as_json: bool) -> None:
 def flush(obj: _Context, due_only: bool, as_json: bool) -> None:
     """Send the reports waiting on this device, with their original report ids."""
     with obj.reporter(as_json, need_server=False) as reporter:
-        try:
-            result = reporter.flush(due_only=due_only)
-        except LDPError as exc:
-            raise _fail(exc, as_json) from exc
+        result = reporter.flush(due_only=due_only)
     if as_json:
         click.echo(json.dumps(result.to_dict()))
     else:
@@ -327,10 +333,7 @@ def enroll(obj: _Context, campaign: str, token: str, as_json: bool) -> None:
     handed out; the next report to CAMPAIGN carries the token and spends it.
     """
     with obj.reporter(as_json) as reporter:
-        try:
-            kept = reporter.enroll(campaign, token)
-        except LDPError as exc:
-            raise _fail(exc, as_json) from exc
+        kept = reporter.enroll(campaign, token)
     if as_json:
         click.echo(json.dumps({"campaign": campaign, "tokens": kept}))
     else:
@@ -348,10 +351,7 @@ def forget(obj: _Context, campaign: str, yes: bool, as_json: bool) -> None:
     if not yes:
         click.confirm(f"Forget campaign {campaign!r}?", abort=True, err=True)
     with obj.reporter(as_json) as reporter:
-        try:
-            spent = reporter.forget(campaign)
-        except LDPError as exc:
-            raise _fail(exc, as_json) from exc
+        spent = reporter.forget(campaign)
     if as_json:
         click.echo(json.dumps({"campaign": campaign, "forgotten": True, "spent": spent}))
     else:

@@ -79,7 +79,7 @@ class Policy:
         """The epsilon one new report in this campaign spends."""
         if spec.mechanism != PLANAR_LAPLACE:
             return spec.epsilon
-        projected_radius = spec.region.ground_distortion() * self.location_radius_m
+        projected_radius = spec.grid.region.ground_distortion() * self.location_radius_m
         return spec.epsilon * worst_centre_distance_m(spec, projected_radius)
 
     def to_dict(self) -> dict[str, float]:

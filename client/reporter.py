@@ -6,13 +6,15 @@ The order of :meth:`Reporter.report` is what makes the guarantees hold:
    be reached, fall back to the spec pinned at first use, or stop;
 2. refuse, before anything is spent or sent, a campaign above the
    per-report cap, a value outside the campaign's domain or region, a spec
-   that differs from the pinned one, a report that would exceed the budget;
+   that differs from the pinned one, a report that would exceed the budget
+   (:mod:`client.ledger`);
 3. derive the memoized noisy report (:mod:`client.memo`);
-4. in one atomic write of the state: pin the spec, charge the ledger, put the
-   payload on the queue with a fresh ``report_id``;
+4. in one atomic write of the state (:mod:`client.state`): pin the spec,
+   charge the ledger, put the payload on the queue with a fresh ``report_id``;
 5. send it; take it off the queue when the server acknowledges it (accepted
    or duplicate), keep it queued with a backoff if the server is unavailable,
-   move it to the rejected list if the server refuses it for good.
+   move it to the rejected list if the server refuses it for good
+   (:mod:`client.outbox`).
 
 A crash between 4 and 5 loses nothing: the next :meth:`Reporter.flush` sends
 the queued payload with its original ``report_id``, and the server counts a
@@ -21,54 +23,29 @@ report id once however often it arrives.
 
 from __future__ import annotations
 
-import math
 import os
 import re
-import secrets
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import requests
 
-from client.errors import (
-    BudgetExceeded,
-    ClientError,
-    EpsilonCapExceeded,
-    ServerError,
-    ServerUnavailable,
-    SpecChanged,
-    StateError,
-)
+from client.errors import ClientError, ServerError, ServerUnavailable
+from client.ledger import Charge, Ledger, pinned_spec
 from client.memo import memo_rng, value_tag
+from client.outbox import FlushResult, Outbox
 from client.policy import Policy
-from client.state import (
-    CampaignRecord,
-    QueuedReport,
-    RejectedReport,
-    State,
-    StateStore,
-    campaign_key,
-    default_state_dir,
-)
+from client.state import State, StateStore, campaign_key, default_state_dir
 from client.transport import DEFAULT_TIMEOUT, AggregatorAPI, check_campaign_id, normalize_server_url
 from shared.errors import ReportError, ValidationError
 from shared.mechanisms import Mechanism
-from shared.spec import PLANAR_LAPLACE, CampaignSpec
+from shared.spec import CampaignSpec
 
-MAX_QUEUE = 10_000
-MAX_REJECTED_KEPT = 1_000
-MAX_BATCH = 100
-BACKOFF_BASE_S = 30.0
-BACKOFF_MAX_S = 6 * 3600.0
-# A report being sent is not due for a periodic flush (another process's) before this.
-IN_FLIGHT_S = 60.0
 # Enrollment tokens as the aggregator accepts them.
 TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,128}")
-# Relative slack for float sums when comparing with the budget and the cap.
-_SLACK = 1e-9
 _LABELS_SHOWN = 20
 
 DELIVERED = "delivered"
@@ -112,37 +89,6 @@ class ReportResult:
         }
 
 
-@dataclass(frozen=True)
-class FlushResult:
-    """What :meth:`Reporter.flush` did: counts as the servers acknowledged them."""
-
-    attempted: int
-    accepted: int
-    duplicates: int
-    rejected: list[dict[str, Any]] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    remaining: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "attempted": self.attempted,
-            "accepted": self.accepted,
-            "duplicates": self.duplicates,
-            "rejected": self.rejected,
-            "errors": self.errors,
-            "remaining": self.remaining,
-        }
-
-
-@dataclass
-class _Tally:
-    attempted: int = 0
-    accepted: int = 0
-    duplicates: int = 0
-    rejected: list[dict[str, Any]] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-
 @dataclass
 class _Prepared:
     key: str
@@ -157,6 +103,11 @@ class _Prepared:
 
 class Reporter:
     """The user's guardian: reports to an aggregator under the user's policy.
+
+    It ties the parts together: the transport (:mod:`client.transport`), the
+    ledger that keeps the budget (:mod:`client.ledger`), the memoized noise
+    (:mod:`client.memo`) and the outbox that delivers (:mod:`client.outbox`),
+    all over one state directory (:mod:`client.state`).
 
     Parameters
     ----------
@@ -198,6 +149,8 @@ class Reporter:
         )
         self.timeout = timeout
         self.clock = clock
+        self.ledger = Ledger(self.policy)
+        self.outbox = Outbox(self.store, self._api, clock)
         self._session = session
         self._owns_session = session is None
 
@@ -205,11 +158,13 @@ class Reporter:
 
     @property
     def session(self) -> requests.Session:
+        """The HTTP session (created on first use unless one was given)."""
         if self._session is None:
             self._session = requests.Session()
         return self._session
 
     def close(self) -> None:
+        """Close the HTTP session if this reporter created it."""
         if self._owns_session and self._session is not None:
             self._session.close()
             self._session = None
@@ -247,59 +202,38 @@ class Reporter:
         """
         campaign_id = check_campaign_id(campaign_id)
         prepared = self._prepare(campaign_id, value)
-        api = self._api(self.server)
-        url = api.reports_url(campaign_id)
+        url = self._api(self.server).reports_url(campaign_id)
         if dry_run:
             state = self.store.read()
-            charge, memoized = self._charge(state, prepared)
-            spent = state.total_spent + charge
-            return self._result(prepared, url, DRY_RUN, charge, memoized, spent)
+            charge = self._charge(state, prepared)
+            spent = state.total_spent + charge.epsilon
+            return self._result(prepared, url, DRY_RUN, charge, spent)
 
         now = self.clock()
         with self.store.transaction() as state:
-            charge, memoized = self._charge(state, prepared)
-            if len(state.queue) >= MAX_QUEUE:
-                raise StateError(
-                    f"{MAX_QUEUE} reports are already waiting; run `ldp-client flush` first "
-                    "(nothing was spent or sent)"
-                )
-            record = state.campaigns.get(prepared.key)
-            if record is None:
-                record = CampaignRecord(
-                    server=self.server,
-                    campaign_id=campaign_id,
-                    spec=prepared.spec.to_dict(),
-                    spec_hash=prepared.spec.spec_hash,
-                    pinned_at=now,
-                )
-                state.campaigns[prepared.key] = record
-            if not memoized:
-                record.charges[prepared.tag] = charge
+            charge = self._charge(state, prepared)
+            # Pay and queue in one write: a crash after it loses nothing, before it spends nothing.
+            self.ledger.record(state, prepared.key, self.server, prepared.spec, charge, now)
             if prepared.spec.enrollment_required:
                 prepared.payload["enrollment_token"] = self._take_token(state, prepared)
-            entry = QueuedReport(
-                server=self.server,
-                campaign_id=campaign_id,
-                payload=prepared.payload,
-                created_at=now,
-                # In flight: not due for another process's flush until this send is over.
-                next_attempt_at=now
-                + (IN_FLIGHT_S if prepared.online else prepared.offline_retry_after or 0.0),
+            entry = self.outbox.put(
+                state,
+                self.server,
+                campaign_id,
+                prepared.payload,
+                now=now,
+                sending=prepared.online,
+                retry_after=prepared.offline_retry_after,
             )
-            state.queue.append(entry)
             spent = state.total_spent
 
         if not prepared.online:
-            return self._result(
-                prepared, url, QUEUED, charge, memoized, spent, prepared.offline_reason
-            )
+            return self._result(prepared, url, QUEUED, charge, spent, prepared.offline_reason)
         try:
-            delivery = api.post_reports(campaign_id, [prepared.payload])
+            delivery = self.outbox.send(entry)
         except ServerUnavailable as exc:
-            self._retry_later([entry.report_id], exc)
-            return self._result(prepared, url, QUEUED, charge, memoized, spent, exc.message)
+            return self._result(prepared, url, QUEUED, charge, spent, exc.message)
         except ServerError as exc:
-            self._reject([entry.report_id], exc)
             hint = ""
             if exc.code == "enrollment_refused":
                 hint = (
@@ -312,14 +246,11 @@ class Reporter:
                 field=exc.field,
                 code=exc.code,
             ) from exc
-        self._remove([entry.report_id])
         outcome = DUPLICATE if delivery.duplicates and not delivery.accepted else DELIVERED
         # The server is reachable: a good moment for reports that are due a retry.
-        if any(
-            q.next_attempt_at <= now and q.server == self.server for q in self.store.read().queue
-        ):
+        if self.outbox.has_due(self.server, now):
             self.flush(due_only=True, servers=[self.server])
-        return self._result(prepared, url, outcome, charge, memoized, spent)
+        return self._result(prepared, url, outcome, charge, spent)
 
     def _prepare(self, campaign_id: str, value: Any) -> _Prepared:
         key = campaign_key(self.server, campaign_id)
@@ -334,18 +265,11 @@ class Reporter:
                     "cannot be reported offline (nothing was spent or sent)",
                     retry_after=exc.retry_after,
                 ) from exc
-            spec = self._pinned_spec(record)
+            spec = pinned_spec(record)
             online, offline_reason = False, f"{exc.message}; reported with the pinned spec"
             retry_after = exc.retry_after
 
-        cost = self.policy.cost(spec)
-        if cost > self.policy.max_epsilon * (1 + _SLACK):
-            raise EpsilonCapExceeded(
-                f"campaign {campaign_id!r} costs epsilon {cost:.4g} per report"
-                f"{self._cost_basis(spec)}, above your cap of {self.policy.max_epsilon:.4g}: "
-                "refused, nothing was spent or sent",
-                field="epsilon",
-            )
+        cost = self.ledger.cost(spec)
         extra = self._extra_fields(spec)
         mechanism = Mechanism.from_spec(spec)
         try:
@@ -371,6 +295,45 @@ class Reporter:
             tag=value_tag(secret, spec.id, spec.spec_hash, index),
             payload=payload,
         )
+
+    def _charge(self, state: State, prepared: _Prepared) -> Charge:
+        return self.ledger.charge(state, prepared.key, prepared.spec, prepared.tag, prepared.cost)
+
+    def _result(
+        self,
+        prepared: _Prepared,
+        url: str,
+        outcome: str,
+        charge: Charge,
+        spent: float,
+        detail: str | None = None,
+    ) -> ReportResult:
+        return ReportResult(
+            campaign_id=prepared.spec.id,
+            server=self.server,
+            url=url,
+            payload=prepared.payload,
+            outcome=outcome,
+            charged=charge.epsilon,
+            memoized=charge.memoized,
+            total_spent=spent,
+            budget_left=self.ledger.left(spent),
+            detail=detail,
+        )
+
+    @staticmethod
+    def _domain_hint(spec: CampaignSpec) -> str:
+        if spec.region is not None:
+            r = spec.region
+            return (
+                f"(region: lat {r.lat_min:g} to {r.lat_max:g}, lon {r.lon_min:g} to {r.lon_max:g})"
+            )
+        labels = spec.domain or ()
+        shown = ", ".join(labels[:_LABELS_SHOWN])
+        more = f", ... ({len(labels)} labels)" if len(labels) > _LABELS_SHOWN else ""
+        return f"(labels: {shown}{more})"
+
+    # -- enrollment ----------------------------------------------------------------------------
 
     def _extra_fields(self, spec: CampaignSpec) -> dict[str, Any]:
         """Fields a report carries besides ``report_id``, ``value`` and ``spec_hash``.
@@ -425,85 +388,6 @@ class Reporter:
                 tokens.append(token)
             return len(tokens)
 
-    def _charge(self, state: State, prepared: _Prepared) -> tuple[float, bool]:
-        """(epsilon to charge, whether this value was reported before); raises if refused."""
-        record = state.campaigns.get(prepared.key)
-        if record is not None and record.spec_hash != prepared.spec.spec_hash:
-            raise SpecChanged(
-                f"the server now serves a different spec for campaign {record.campaign_id!r} "
-                f"(hash {prepared.spec.spec_hash[:12]}..., pinned {record.spec_hash[:12]}... at "
-                f"first use): refused, nothing was spent or sent. If you trust the change, "
-                f"`ldp-client forget {record.campaign_id}` (weakens longitudinal protection)",
-                field="spec_hash",
-            )
-        if record is not None and prepared.tag in record.charges:
-            return 0.0, True
-        spent = state.total_spent
-        if spent + prepared.cost > self.policy.total_budget * (1 + _SLACK):
-            left = max(self.policy.total_budget - spent, 0.0)
-            raise BudgetExceeded(
-                f"this report would spend epsilon {prepared.cost:.4g}, but only {left:.4g} of your "
-                f"budget of {self.policy.total_budget:.4g} is left: refused, nothing was spent "
-                "or sent",
-                field="epsilon",
-            )
-        return prepared.cost, False
-
-    def _result(
-        self,
-        prepared: _Prepared,
-        url: str,
-        outcome: str,
-        charge: float,
-        memoized: bool,
-        spent: float,
-        detail: str | None = None,
-    ) -> ReportResult:
-        return ReportResult(
-            campaign_id=prepared.spec.id,
-            server=self.server,
-            url=url,
-            payload=prepared.payload,
-            outcome=outcome,
-            charged=charge,
-            memoized=memoized,
-            total_spent=spent,
-            budget_left=max(self.policy.total_budget - spent, 0.0),
-            detail=detail,
-        )
-
-    @staticmethod
-    def _pinned_spec(record: CampaignRecord) -> CampaignSpec:
-        try:
-            spec = CampaignSpec.from_dict(record.spec)
-        except ValueError as exc:
-            raise StateError(
-                f"the pinned spec of {record.campaign_id!r} is damaged: {exc}"
-            ) from exc
-        if spec.spec_hash != record.spec_hash:
-            raise StateError(f"the pinned spec of {record.campaign_id!r} does not match its hash")
-        return spec
-
-    def _cost_basis(self, spec: CampaignSpec) -> str:
-        if spec.mechanism != PLANAR_LAPLACE:
-            return ""
-        return (
-            f" (epsilon {spec.epsilon:.4g}/m over {self.policy.location_radius_m:g} m and "
-            f"{spec.cell_size_m:g} m cells)"
-        )
-
-    @staticmethod
-    def _domain_hint(spec: CampaignSpec) -> str:
-        if spec.region is not None:
-            r = spec.region
-            return (
-                f"(region: lat {r.lat_min:g} to {r.lat_max:g}, lon {r.lon_min:g} to {r.lon_max:g})"
-            )
-        labels = spec.domain or ()
-        shown = ", ".join(labels[:_LABELS_SHOWN])
-        more = f", ... ({len(labels)} labels)" if len(labels) > _LABELS_SHOWN else ""
-        return f"(labels: {shown}{more})"
-
     # -- the queue -----------------------------------------------------------------------------
 
     def flush(self, *, due_only: bool = False, servers: Iterable[str] | None = None) -> FlushResult:
@@ -511,93 +395,9 @@ class Reporter:
 
         ``due_only`` skips reports whose backoff has not expired (for periodic
         runs); ``servers`` limits the flush to some servers. A server that is
-        unavailable is not tried again in the same flush.
+        unavailable is not tried again in the same flush. See :meth:`Outbox.flush`.
         """
-        wanted = None if servers is None else {normalize_server_url(s) for s in servers}
-        now = self.clock()
-        groups: dict[tuple[str, str], list[QueuedReport]] = {}
-        for entry in self.store.read().queue:
-            if wanted is not None and entry.server not in wanted:
-                continue
-            if due_only and entry.next_attempt_at > now:
-                continue
-            groups.setdefault((entry.server, entry.campaign_id), []).append(entry)
-
-        tally = _Tally()
-        down: set[str] = set()
-        for (server, campaign_id), entries in groups.items():
-            if server in down:
-                continue
-            api = self._api(server)
-            for start in range(0, len(entries), MAX_BATCH):
-                chunk = entries[start : start + MAX_BATCH]
-                tally.attempted += len(chunk)
-                try:
-                    self._deliver(api, campaign_id, chunk, tally)
-                except ServerUnavailable as exc:
-                    self._retry_later([e.report_id for e in chunk], exc)
-                    tally.errors.append(f"{server}: {exc.message}")
-                    down.add(server)
-                    break
-        return FlushResult(
-            attempted=tally.attempted,
-            accepted=tally.accepted,
-            duplicates=tally.duplicates,
-            rejected=tally.rejected,
-            errors=tally.errors,
-            remaining=len(self.store.read().queue),
-        )
-
-    def _deliver(
-        self, api: AggregatorAPI, campaign_id: str, chunk: list[QueuedReport], tally: _Tally
-    ) -> None:
-        """Send a chunk; a chunk the server refuses is sent again one by one to find the culprit."""
-        try:
-            delivery = api.post_reports(campaign_id, [e.payload for e in chunk])
-        except ServerError as exc:
-            if len(chunk) > 1:
-                for entry in chunk:
-                    self._deliver(api, campaign_id, [entry], tally)
-                return
-            self._reject([chunk[0].report_id], exc)
-            tally.rejected.append(
-                {"campaign": campaign_id, "report_id": chunk[0].report_id, **exc.to_dict()}
-            )
-            return
-        self._remove([e.report_id for e in chunk])
-        tally.accepted += delivery.accepted
-        tally.duplicates += delivery.duplicates
-
-    def _remove(self, report_ids: list[str]) -> None:
-        gone = set(report_ids)
-        with self.store.transaction(durable=False) as state:
-            state.queue = [e for e in state.queue if e.report_id not in gone]
-
-    def _retry_later(self, report_ids: list[str], exc: ServerUnavailable) -> None:
-        now = self.clock()
-        ids = set(report_ids)
-        with self.store.transaction(durable=False) as state:
-            for entry in state.queue:
-                if entry.report_id in ids:
-                    entry.attempts += 1
-                    entry.next_attempt_at = now + backoff_delay(entry.attempts, exc.retry_after)
-                    entry.last_error = exc.message
-
-    def _reject(self, report_ids: list[str], exc: ServerError) -> None:
-        now = self.clock()
-        ids = set(report_ids)
-        error = {**exc.to_dict(), "status": exc.status}
-        with self.store.transaction(durable=False) as state:
-            keep = []
-            for entry in state.queue:
-                if entry.report_id in ids:
-                    state.rejected.append(
-                        RejectedReport(report=entry, error=error, rejected_at=now)
-                    )
-                else:
-                    keep.append(entry)
-            state.queue = keep
-            del state.rejected[:-MAX_REJECTED_KEPT]
+        return self.outbox.flush(due_only=due_only, servers=servers)
 
     # -- status and forgetting -----------------------------------------------------------------
 
@@ -608,51 +408,18 @@ class Reporter:
         for entry in state.queue:
             key = campaign_key(entry.server, entry.campaign_id)
             queued[key] = queued.get(key, 0) + 1
-        campaigns = []
-        for key, record in sorted(state.campaigns.items()):
-            spec = self._pinned_spec(record)
-            campaigns.append(
-                {
-                    "campaign": record.campaign_id,
-                    "server": record.server,
-                    "mechanism": spec.mechanism,
-                    "epsilon": spec.epsilon,
-                    "cost_per_value": self.policy.cost(spec),
-                    "values_reported": len(record.charges),
-                    "spent": record.spent,
-                    "spec_hash": record.spec_hash,
-                    "pinned_at": record.pinned_at,
-                    "queued": queued.get(key, 0),
-                }
-            )
-        spent = state.total_spent
-        next_attempt = min((e.next_attempt_at for e in state.queue), default=None)
+        campaigns = [
+            {**row, "queued": queued.get(campaign_key(row["server"], row["campaign"]), 0)}
+            for row in self.ledger.campaigns(state)
+        ]
         return {
             "server": self.server,
             "state_dir": str(self.store.directory),
             "policy": self.policy.to_dict(),
-            "budget": {
-                "total": self.policy.total_budget,
-                "spent": spent,
-                "left": max(self.policy.total_budget - spent, 0.0),
-                "forgotten": state.forgotten_spent,
-            },
+            "budget": self.ledger.budget(state),
             "campaigns": campaigns,
-            "queue": {
-                "pending": len(state.queue),
-                "next_attempt_at": next_attempt,
-                "last_errors": sorted({e.last_error for e in state.queue if e.last_error}),
-            },
-            "rejected": [
-                {
-                    "campaign": r.report.campaign_id,
-                    "server": r.report.server,
-                    "report_id": r.report.report_id,
-                    "error": r.error,
-                    "rejected_at": r.rejected_at,
-                }
-                for r in state.rejected
-            ],
+            "queue": self.outbox.summary(state),
+            "rejected": self.outbox.rejected(state),
         }
 
     def forget(self, campaign_id: str) -> float:
@@ -666,26 +433,4 @@ class Reporter:
         campaign_id = check_campaign_id(campaign_id)
         key = campaign_key(self.server, campaign_id)
         with self.store.transaction() as state:
-            record = state.campaigns.pop(key, None)
-            if record is None:
-                raise ClientError(
-                    f"campaign {campaign_id!r} on {self.server} is not in the state",
-                    field="campaign",
-                    code="not_pinned",
-                )
-            spent = record.spent
-            state.forgotten_spent = math.fsum([state.forgotten_spent, spent])
-        return spent
-
-
-def backoff_delay(attempts: int, retry_after: float | None = None) -> float:
-    """Seconds before retry number ``attempts + 1``: exponential, capped, with jitter.
-
-    ``BACKOFF_BASE_S * 2**(attempts - 1)``, at most ``BACKOFF_MAX_S``, times a
-    factor in [0.5, 1] so that many devices do not retry in step; never less
-    than the server's ``Retry-After``.
-    """
-    exponent = max(attempts - 1, 0)
-    delay = BACKOFF_MAX_S if exponent >= 32 else min(BACKOFF_BASE_S * 2.0**exponent, BACKOFF_MAX_S)
-    delay *= 0.5 + secrets.randbelow(1 << 20) / (1 << 21)
-    return max(delay, retry_after or 0.0)
+            return self.ledger.forget(state, key, self.server, campaign_id)

@@ -11,6 +11,8 @@ queueing the report it paid for are one atomic step: the document is written
 to a temporary file, flushed to disk and renamed over the old one, so a
 process that dies at any point leaves either the old state or the new one.
 Two processes that report at the same time take the lock in turn.
+This module keeps the document; the rules that read and change it live in
+:mod:`client.ledger` (pins and budget) and :mod:`client.outbox` (the queue).
 The document never holds a true value: pins hold the campaign spec, the
 ledger holds costs keyed by :func:`client.memo.value_tag`, the queue holds
 the noisy payloads exactly as they will be sent.
@@ -116,7 +118,7 @@ class QueuedReport:
 
     @property
     def report_id(self) -> str:
-        return self.payload["report_id"]
+        return str(self.payload["report_id"])
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -16,7 +16,7 @@ import math
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import quote, urlsplit
 
 import requests
@@ -78,9 +78,13 @@ def _reject_constant(name: str) -> Any:
 
 def _clean(text: Any) -> str:
     """Server-supplied text, made safe to show: printable and short."""
-    text = str(text)
-    text = "".join(ch if ch.isprintable() else "?" for ch in text)
-    return text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS] + "..."
+    shown = "".join(ch if ch.isprintable() else "?" for ch in str(text))
+    return shown if len(shown) <= _MESSAGE_CHARS else shown[:_MESSAGE_CHARS] + "..."
+
+
+def _count(value: Any) -> TypeGuard[int]:
+    """Whether a JSON value is a count: an integer >= 0 (not a boolean)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _reason(exc: Exception) -> str:
@@ -194,10 +198,7 @@ class AggregatorAPI:
         self._raise_for_status(status, body)
         if isinstance(body, dict):
             accepted, duplicates = body.get("accepted"), body.get("duplicates")
-            if all(
-                isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                for n in (accepted, duplicates)
-            ):
+            if _count(accepted) and _count(duplicates):
                 return Delivery(accepted=accepted, duplicates=duplicates)
         # Acknowledged, but unreadably: sending again is safe (same report ids).
         raise ServerUnavailable("the server's acknowledgement could not be read; will retry")

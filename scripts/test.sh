@@ -12,4 +12,5 @@ cd "$(dirname "$0")/.."
 bash scripts/install_browser.sh
 .venv/bin/python -m ruff check .
 .venv/bin/python -m ruff format --check .
+.venv/bin/python -m mypy
 exec .venv/bin/python -m pytest "$@"

@@ -29,7 +29,7 @@ class LDPError(Exception):
         if code is not None:
             self.code = code
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, str | None]:
         return {"code": self.code, "message": self.message, "field": self.field}
 
 

@@ -108,6 +108,8 @@ class Grid:
     cell_size_m: float
     rows: int = field(init=False, compare=False)
     cols: int = field(init=False, compare=False)
+    _m_per_deg_lat: float = field(init=False, compare=False, repr=False)
+    _m_per_deg_lon: float = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         lat_mid = math.radians((self.region.lat_min + self.region.lat_max) / 2)

@@ -33,10 +33,10 @@ from shared.spec import PLANAR_LAPLACE, RR, RR_DEFAULT_DOMAIN, CampaignSpec
 def _check_epsilon(epsilon: Any) -> float:
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
         raise TypeError(f"epsilon must be a real number, got {type(epsilon).__name__}")
-    epsilon = float(epsilon)
-    if not is_positive_finite(epsilon):
-        raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
-    return epsilon
+    value = float(epsilon)
+    if not is_positive_finite(value):
+        raise ValueError(f"epsilon must be finite and > 0, got {value!r}")
+    return value
 
 
 class Mechanism(ABC):
@@ -81,6 +81,8 @@ class Mechanism(ABC):
     def from_spec(spec: CampaignSpec) -> Mechanism:
         if spec.mechanism == PLANAR_LAPLACE:
             return PlanarLaplace(epsilon=spec.epsilon, grid=spec.grid)
+        if spec.domain is None:
+            raise ValueError(f"campaign {spec.id!r} ({spec.mechanism}) has no domain")
         if spec.mechanism == RR:
             return RandomizedResponse(epsilon=spec.epsilon, domain=spec.domain)
         return KRR(epsilon=spec.epsilon, domain=spec.domain)

@@ -53,10 +53,10 @@ def printable(text: Any) -> str:
     >>> printable("red\\x1b[31m")
     'red\\\\x1b[31m'
     """
-    text = str(text)
-    if text.isprintable():  # no control or format character: the usual case
-        return text
-    return "".join(_python_escape(char) if _unsafe(char) else char for char in text)
+    shown = str(text)
+    if shown.isprintable():  # no control or format character: the usual case
+        return shown
+    return "".join(_python_escape(char) if _unsafe(char) else char for char in shown)
 
 
 def json_text(

@@ -63,7 +63,7 @@ class _Group(click.Group):
         try:
             return super().parse_args(ctx, args)
         except click.NoSuchOption as exc:
-            exc.message += (
+            exc.message += (  # type: ignore[misc]  # click types it Final; amended on purpose
                 " Options follow the subcommand: 'ldp-simulate run [OPTIONS]' (in-process) or "
                 "'ldp-simulate via --server URL [OPTIONS]' (end to end)."
             )
@@ -397,7 +397,7 @@ def _specs(
             base["region"] = population.grid.region.to_dict()
             base["cell_size_m"] = population.grid.cell_size_m
         elif population.is_location:
-            base["domain"] = list(cell_labels(population.grid))
+            base["domain"] = list(cell_labels(population.grid))  # type: ignore[arg-type]  # a location
         else:
             base["domain"] = list(population.labels)
     if not epsilons:

@@ -106,7 +106,7 @@ def parse_region(text: str) -> Region:
         raise click.BadParameter("the region's bounds must be numbers") from None
     spec["region"] = dict(zip(("lat_min", "lat_max", "lon_min", "lon_max"), values, strict=True))
     # Parsed as part of a throw-away spec: the region gets exactly a campaign's checks.
-    return CampaignSpec.from_dict(spec).region
+    return CampaignSpec.from_dict(spec).grid.region
 
 
 def option_group(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -26,7 +26,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
 import flask
@@ -34,6 +34,9 @@ import flask
 from aggregator.http import auth
 from aggregator.http.errors import error_response
 from aggregator.services import get_store
+
+if TYPE_CHECKING:
+    from flask.sansio.app import App
 
 DEFAULT_SESSION_TTL_S = 8 * 3600
 COOKIE_NAME = "ldp_session"
@@ -45,7 +48,7 @@ _DERIVATION_LABEL = b"ldp-dashboard-session-key"
 F = TypeVar("F", bound=Callable)
 
 
-def configure(app: flask.Flask) -> None:
+def configure(app: App) -> None:
     """Give the app what the dashboard's cookie needs, keeping what the operator set."""
     config = app.config
     if isinstance(config.get("SECRET_KEY"), (int, float)):

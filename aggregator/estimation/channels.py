@@ -194,7 +194,8 @@ class KRRChannel(Channel):
     def forward(self, p: np.ndarray) -> np.ndarray:
         return (self.p_keep - self.p_other) * p + self.p_other * p.sum()
 
-    backward = forward  # the matrix is symmetric
+    def backward(self, u: np.ndarray) -> np.ndarray:
+        return self.forward(u)  # the matrix is symmetric
 
     def solve_with_info(self, q: np.ndarray) -> tuple[np.ndarray, bool]:
         """The ``p`` with ``p C = q``, in closed form."""
@@ -226,7 +227,7 @@ class _PlanarIBUSteps(planar_steps.GridSteps):
         channel = self._channel
         convolution = channel._workspace().convolution
         fft = (
-            channel._fftw.execute,
+            channel._fftw.execute,  # type: ignore[union-attr]  # these steps exist only with FFTW
             convolution.plans,
             convolution.image,
             convolution.spectrum,
@@ -311,6 +312,7 @@ class PlanarLaplaceChannel(Channel):
         workspace = getattr(self._local, "workspace", None)
         if workspace is None:
             rows, cols = self.rows, self.cols
+            convolution: planar_steps.Convolution | fftw.Convolution | None
             if rows == 1 or cols == 1:
                 convolution = None
             elif self._fftw is None:

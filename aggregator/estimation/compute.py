@@ -93,6 +93,7 @@ def estimate(
     started = time.perf_counter()
     channel = channel if channel is not None else channel_for(mechanism)
     counts = np.asarray(counts, dtype=float)
+    fitted: IBU | MatrixInversion
     if method == "ibu":
         fitted = default_estimator(channel, seed=seed).fit(counts, channel)
         estimator = fitted.describe()

@@ -255,6 +255,11 @@ class IBU:
     scores, ``stopping="cv"`` only), warnings_ (human-readable strings).
     """
 
+    # Fitted by fit().
+    cv_iterations_: np.ndarray | None
+    cv_scores_: np.ndarray | None
+    warnings_: list[str]
+
     def __init__(
         self,
         *,

@@ -38,7 +38,7 @@ def _call(typingctx, function, argument):
     return types.void(function, argument), codegen
 
 
-@njit(**COMPILE)
+@njit(**COMPILE)  # type: ignore[call-overload]  # numba's overloads take no **dict[str, object]
 def convolve(execute, plans, spectrum, kernel):
     """Transform the plans' image, multiply by ``kernel``'s spectrum, transform back."""
     _call(execute, plans[0])
@@ -50,7 +50,7 @@ def convolve(execute, plans, spectrum, kernel):
     _call(execute, plans[3])
 
 
-@njit(**COMPILE)
+@njit(**COMPILE)  # type: ignore[call-overload]  # numba's overloads take no **dict[str, object]
 def ibu_forward(fft, kernels, edges, p, predicted, bordered):
     """``predicted = forward(p)`` for a distribution ``p`` (negative round-off cleared).
 
@@ -96,7 +96,7 @@ def ibu_forward(fft, kernels, edges, p, predicted, bordered):
             predicted[i, j] = max(value, 0.0)
 
 
-@njit(**COMPILE)
+@njit(**COMPILE)  # type: ignore[call-overload]  # numba's overloads take no **dict[str, object]
 def ibu_update(fft, kernels, edges, counts, p, predicted, ratio):
     """One EM update of ``p`` in place; returns the largest change of a frequency.
 
@@ -148,7 +148,7 @@ def ibu_update(fft, kernels, edges, counts, p, predicted, ratio):
     return changes.max()
 
 
-@njit(**COMPILE)
+@njit(**COMPILE)  # type: ignore[call-overload]  # numba's overloads take no **dict[str, object]
 def ibu_advance(fft, kernels, edges, counts, p, predicted, steps, tol):
     """Up to ``steps`` IBU steps, stopping after one that changes no frequency by more than
     ``tol``; ``p`` and ``predicted`` are updated in place. Returns the steps taken and the

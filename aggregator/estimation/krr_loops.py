@@ -16,10 +16,19 @@ pipeline without giving up bit-for-bit reproducibility): results differ from
 
 from __future__ import annotations
 
+from typing import Literal, TypedDict
+
 import numpy as np
 from numba import njit
 
-COMPILE = {"cache": True, "nogil": True, "error_model": "numpy"}
+
+class _CompileOptions(TypedDict):
+    cache: bool
+    nogil: bool
+    error_model: Literal["python", "numpy"]
+
+
+COMPILE: _CompileOptions = {"cache": True, "nogil": True, "error_model": "numpy"}
 LANES = 4
 
 

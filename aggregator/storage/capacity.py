@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 
@@ -168,7 +169,7 @@ class CapacityGuard:
 
     def refusals(self) -> dict[str, dict[str, int]]:
         """Refused submissions and reports per reason since the store was created."""
-        raw = self.connection.hgetall(self.METRICS_KEY)
+        raw = cast(dict[bytes, bytes], self.connection.hgetall(self.METRICS_KEY))
         counts = {key.decode(): int(value) for key, value in raw.items()}
         return {
             reason: {

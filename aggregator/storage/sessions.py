@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import redis
 
 SESSION_KEY = "ldp:dashboard:session:{sid}"
@@ -19,7 +21,8 @@ class SessionStore:
 
     def fingerprint(self, sid: str) -> bytes | None:
         """The fingerprint the session was opened with, or None if it is closed or expired."""
-        return self._connection.get(SESSION_KEY.format(sid=sid))
+        # The connection runs with decode_responses off: replies are bytes.
+        return cast(bytes | None, self._connection.get(SESSION_KEY.format(sid=sid)))
 
     def close(self, sid: str) -> None:
         self._connection.delete(SESSION_KEY.format(sid=sid))

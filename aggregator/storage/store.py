@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from importlib import resources
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import redis
 
@@ -47,6 +47,8 @@ SPEC_CACHE_SIZE = 256
 # as soon as the counts change; the expiry only bounds the keys of unused methods and levels).
 ESTIMATE_CACHE_TTL_S = 24 * 3600
 _META_FIELDS = ("spec_hash", "status", "created_at", "n_reports")
+# A reply of HMGET: the connection runs with decode_responses off, so values are bytes.
+_Fields = list[bytes | None]
 
 logger = logging.getLogger(__name__)
 
@@ -288,7 +290,8 @@ class CampaignStore:
 
     def get_campaign(self, campaign_id: str) -> Campaign:
         key = self.CAMPAIGN_KEY.format(id=campaign_id)
-        campaign = self._campaign(key, self.connection.hmget(key, _META_FIELDS))
+        meta = cast(_Fields, self.connection.hmget(key, _META_FIELDS))
+        campaign = self._campaign(key, meta)
         if campaign is None:
             raise CampaignNotFound(f"no campaign {campaign_id!r}", campaign_id=campaign_id)
         return campaign
@@ -314,7 +317,9 @@ class CampaignStore:
 
     def list_campaigns(self) -> list[Campaign]:
         """All campaigns, oldest first."""
-        ids = [raw.decode() for raw in self.connection.zrange(self.INDEX_KEY, 0, -1)]
+        ids = [
+            raw.decode() for raw in cast(list[bytes], self.connection.zrange(self.INDEX_KEY, 0, -1))
+        ]
         keys = [self.CAMPAIGN_KEY.format(id=campaign_id) for campaign_id in ids]
         pipe = self.connection.pipeline(transaction=False)
         for key in keys:
@@ -322,11 +327,13 @@ class CampaignStore:
         found = (self._campaign(key, meta) for key, meta in zip(keys, pipe.execute(), strict=True))
         return [campaign for campaign in found if campaign is not None]
 
-    def _campaign(self, key: str, meta: list[bytes | None]) -> Campaign | None:
+    def _campaign(self, key: str, meta: _Fields) -> Campaign | None:
         """A campaign from its server fields; the spec is read and parsed only on a cache miss."""
         spec_hash, status, created_at, n_reports = meta
         if spec_hash is None:
             return None
+        # create.lua writes the fields together: a campaign with a hash has all of them.
+        assert status is not None and created_at is not None
         spec, mechanism = self._spec(key, spec_hash.decode())
         return Campaign(
             spec=spec,
@@ -340,7 +347,8 @@ class CampaignStore:
         if spec_hash in self._parsed:
             self._parsed.move_to_end(spec_hash)
             return self._parsed[spec_hash]
-        spec = CampaignSpec.from_dict(json.loads(self.connection.hget(key, "spec")), stored=True)
+        raw = cast(bytes, self.connection.hget(key, "spec"))
+        spec = CampaignSpec.from_dict(json.loads(raw), stored=True)
         self._parsed[spec_hash] = spec, Mechanism.from_spec(spec)
         if len(self._parsed) > SPEC_CACHE_SIZE:
             self._parsed.popitem(last=False)
@@ -573,7 +581,7 @@ class CampaignStore:
     def cached_estimate(self, campaign_id: str, variant: str, counts_digest: str) -> bytes | None:
         """The estimate body cached for ``variant`` if it was made from these very counts."""
         key = self.ESTIMATE_KEY.format(id=campaign_id, variant=variant)
-        digest, body = self.connection.hmget(key, ("counts_digest", "body"))
+        digest, body = cast(_Fields, self.connection.hmget(key, ("counts_digest", "body")))
         if digest is None or digest.decode() != counts_digest:
             return None
         return body
@@ -604,7 +612,10 @@ class CampaignStore:
         key = self.STREAM_KEY.format(id=campaign_id)
         start = "-"
         while True:
-            entries = self.connection.xrange(key, min=start, max="+", count=chunk)
+            entries = cast(
+                list[tuple[bytes, dict[bytes, bytes]]],
+                self.connection.xrange(key, min=start, max="+", count=chunk),
+            )
             for entry_id, fields in entries:
                 yield {
                     "report_id": fields[b"report_id"].decode(),

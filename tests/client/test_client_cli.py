@@ -124,3 +124,29 @@ def test_status_prints_the_server_with_control_characters_escaped(run, fake, tmp
     assert result.exit_code == 0, result.output
     assert "\x1b" not in result.output and "\x07" not in result.output
     assert f"fruit @ {SERVER}/\\x1b]0;owned\\x07: krr" in result.output
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["report", "fruit", "apple"],
+        ["status"],
+        ["flush"],
+        ["enroll", "fruit", "a-token-of-16-chars"],
+        ["forget", "fruit", "--yes"],
+    ],
+)
+def test_every_command_reports_a_library_error_the_same_way(run, tmp_path, command):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "state.json").write_text("{not json")
+    server = ["--server", dead_server()]
+    result = run(*server, *command)
+    assert result.exit_code == 1, result.output
+    assert "Error: " in result.output and "state.json is damaged" in result.output
+    assert "Traceback" not in result.output
+    as_json = run(*server, *command, "--json")
+    assert as_json.exit_code == 1
+    error = json.loads(as_json.stdout.splitlines()[0])["error"]
+    assert error["code"] == "state_error" and "is damaged" in error["message"]
+    assert error["field"] is None

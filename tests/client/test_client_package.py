@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import configparser
 import json
 import subprocess
 import sys
@@ -82,3 +83,13 @@ def test_client_code_never_imports_random_or_numerics():
             else:
                 continue
             assert not {n.split(".")[0] for n in names} & banned, (path.name, names)
+
+
+def test_every_package_ships_its_type_hints():
+    """PEP 561: a ``py.typed`` marker in each package, and in the distribution's package data."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    package_data = config["options.package_data"]
+    for package in ("shared", "client", "aggregator", "simulate"):
+        assert (ROOT / package / "py.typed").is_file(), package
+        assert "py.typed" in package_data.get(package, ""), package

@@ -21,7 +21,7 @@ from client import (
     SpecChanged,
     UntrustedSpec,
 )
-from client.reporter import BACKOFF_BASE_S, IN_FLIGHT_S
+from client.outbox import BACKOFF_BASE_S, IN_FLIGHT_S
 from client.state import STATE_FILE
 from shared.errors import ReportError
 from shared.mechanisms import Mechanism

@@ -456,3 +456,10 @@ def test_from_spec_builds_each_mechanism():
     )
     assert type(planar) is PlanarLaplace and planar.grid == Grid(region, 250.0)
     assert planar.n_inputs == planar.n_outputs == planar.grid.n_cells
+
+
+def test_from_spec_names_a_categorical_spec_without_a_domain():
+    """Built by hand (parsing never gives one): refused by name, not with a TypeError."""
+    spec = CampaignSpec(id="d", title="D", mechanism="krr", epsilon=1.0)
+    with pytest.raises(ValueError, match=r"campaign 'd' \(krr\) has no domain"):
+        Mechanism.from_spec(spec)
