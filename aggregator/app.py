@@ -11,14 +11,10 @@ none is named, starts (or reuses) the embedded server in ``DATA_DIR``.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
 import flask
 from flask.sessions import SecureCookieSessionInterface, SessionMixin
-from flask_limiter import Limiter
-from flask_limiter.util import get_remote_address
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from aggregator import dashboard
@@ -57,10 +53,6 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_AUTH_FAILURES": auth.DEFAULT_AUTH_FAILURE_LIMIT,
     "RATELIMIT_ENABLED": True,
     "RATELIMIT_HEADERS_ENABLED": True,
-    # A limiter counter that cannot be written (Redis at its memory limit) must not turn
-    # a health check or a read into a 503; failed sign-ins are counted separately, and
-    # fail closed (aggregator.http.auth).
-    "RATELIMIT_SWALLOW_ERRORS": True,
     "CORS_ORIGINS": cors.DEFAULT_ORIGINS,
     # Proxies in front of the app whose X-Forwarded-For/-Proto are trusted (0: none).
     "TRUSTED_PROXIES": 0,
@@ -69,31 +61,6 @@ DEFAULTS: dict[str, Any] = {
     "ESTIMATE_MAX_WORK": DEFAULT_MAX_WORK,
     "ESTIMATE_TIMEOUT_S": DEFAULT_TIMEOUT_S,
 }
-
-
-def _limiter_storage(redis_url: str | None) -> str:
-    if not redis_url:
-        return "memory://"
-    if redis_url.startswith("unix://"):
-        return "redis+unix://" + redis_url.removeprefix("unix://")
-    return redis_url
-
-
-REPORTS_VIEW = "api.submit_reports"
-
-
-def _is_limiter_hook(hook: Callable) -> bool:
-    return isinstance(getattr(hook, "__self__", None), Limiter)
-
-
-def _unless_reports(hook: Callable[[], Any]) -> Callable[[], Any]:
-    @functools.wraps(hook)
-    def wrapped() -> Any:
-        if flask.request.endpoint != REPORTS_VIEW:
-            return hook()
-        return None
-
-    return wrapped
 
 
 class _SessionInterface(SecureCookieSessionInterface):
@@ -136,7 +103,6 @@ def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
     else:
         app.config.from_mapping(test_config)
     _check_settings(app.config)
-    app.config.setdefault("RATELIMIT_STORAGE_URI", _limiter_storage(app.config["REDIS_URL"]))
     app.json.sort_keys = False  # type: ignore[attr-defined]  # Flask's default JSON provider
     app.session_interface = _SessionInterface()
     proxies = app.config["TRUSTED_PROXIES"]
@@ -153,17 +119,7 @@ def create_app(test_config: dict[str, Any] | None = None) -> flask.Flask:
     app.register_blueprint(dashboard.bp)
     app.register_blueprint(enrollment.bp)
 
-    limiter = Limiter(get_remote_address, key_prefix="ldp:ratelimit")
-    limiter.init_app(app)
-    # The limit decorator holds the limiter only weakly, and a disabled limiter does not
-    # register itself in app.extensions: without this reference it is collected and every
-    # limited view fails.
-    app.extensions["ldp_limiter"] = limiter
     # Report submissions are limited (RATELIMIT_REPORTS) inside the ingestion script, in
-    # the same Redis call that stores them (see aggregator.http.routes.submit_reports), so the
-    # limiter's per-request hook is skipped for them: it is about 5 % of a report's CPU.
-    limiter.request_filter(lambda: flask.request.endpoint == REPORTS_VIEW)
-    hooks = app.before_request_funcs.setdefault(None, [])
-    hooks[:] = [_unless_reports(hook) if _is_limiter_hook(hook) else hook for hook in hooks]
-    ratelimits.limit_public_views(app, limiter)
+    # the same Redis call that stores them (see aggregator.http.routes.submit_reports).
+    ratelimits.limit_public_views(app)
     return app
