@@ -11,15 +11,12 @@ none is named, starts (or reuses) the embedded server in ``DATA_DIR``.
 
 from __future__ import annotations
 
-import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import flask
 from flask.sessions import SecureCookieSessionInterface, SessionMixin
-from flask_limiter import Limiter
-from flask_limiter.util import get_remote_address
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from aggregator import dashboard
@@ -28,31 +25,6 @@ from aggregator.http.errors import register_error_handlers
 from aggregator.http.estimates import LIMITS_EXTENSION, EstimateLimits
 from aggregator.services import EXTENSION, SETTINGS_EXTENSION, StoreHandle
 from aggregator.settings import Settings
-
-
-def _limiter_storage(redis_url: str | None) -> str:
-    if not redis_url:
-        return "memory://"
-    if redis_url.startswith("unix://"):
-        return "redis+unix://" + redis_url.removeprefix("unix://")
-    return redis_url
-
-
-REPORTS_VIEW = "api.submit_reports"
-
-
-def _is_limiter_hook(hook: Callable) -> bool:
-    return isinstance(getattr(hook, "__self__", None), Limiter)
-
-
-def _unless_reports(hook: Callable[[], Any]) -> Callable[[], Any]:
-    @functools.wraps(hook)
-    def wrapped() -> Any:
-        if flask.request.endpoint != REPORTS_VIEW:
-            return hook()
-        return None
-
-    return wrapped
 
 
 class _SessionInterface(SecureCookieSessionInterface):
@@ -95,9 +67,6 @@ def create_app(test_config: Settings | Mapping[str, Any] | None = None) -> flask
         app.config.from_mapping(test_config)  # Flask's own keys; the settings replace the rest
     app.config.from_mapping(settings.to_config())
     app.extensions[SETTINGS_EXTENSION] = settings
-    app.config["RATELIMIT_STORAGE_URI"] = settings.ratelimit_storage_uri or _limiter_storage(
-        settings.redis_url
-    )
     app.json.sort_keys = False  # type: ignore[attr-defined]  # Flask's default JSON provider
     app.session_interface = _SessionInterface()
     proxies = settings.trusted_proxies
@@ -116,17 +85,7 @@ def create_app(test_config: Settings | Mapping[str, Any] | None = None) -> flask
     app.register_blueprint(dashboard.bp)
     app.register_blueprint(enrollment.bp)
 
-    limiter = Limiter(get_remote_address, key_prefix="ldp:ratelimit")
-    limiter.init_app(app)
-    # The limit decorator holds the limiter only weakly, and a disabled limiter does not
-    # register itself in app.extensions: without this reference it is collected and every
-    # limited view fails.
-    app.extensions["ldp_limiter"] = limiter
     # Report submissions are limited (RATELIMIT_REPORTS) inside the ingestion script, in
-    # the same Redis call that stores them (see aggregator.http.routes.submit_reports), so the
-    # limiter's per-request hook is skipped for them: it is about 5 % of a report's CPU.
-    limiter.request_filter(lambda: flask.request.endpoint == REPORTS_VIEW)
-    hooks = app.before_request_funcs.setdefault(None, [])
-    hooks[:] = [_unless_reports(hook) if _is_limiter_hook(hook) else hook for hook in hooks]
-    ratelimits.limit_public_views(app, limiter)
+    # the same Redis call that stores them (see aggregator.http.routes.submit_reports).
+    ratelimits.limit_public_views(app)
     return app

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,7 +29,7 @@ import flask
 
 from aggregator.http import auth, cors
 from aggregator.http.estimates import DEFAULT_MAX_WORK, DEFAULT_TIMEOUT_S
-from aggregator.http.ratelimits import DEFAULT_LOGIN_LIMIT, DEFAULT_PUBLIC_LIMIT
+from aggregator.http.ratelimits import DEFAULT_LOGIN_LIMIT, DEFAULT_PUBLIC_LIMIT, parse_limit
 from aggregator.http.reports import DEFAULT_MAX_BATCH, DEFAULT_REPORT_BUDGET
 from aggregator.storage.capacity import DEFAULT_CHECK_INTERVAL_S, DEFAULT_HIGH_WATER
 from aggregator.storage.redis_server import (
@@ -48,11 +47,6 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 _UNSET = frozenset({"", "null"})
 REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
-# A rate limit as the limiters read it: "600 per minute", "10/hour", "5 per 2 minutes".
-_RATE_LIMIT = re.compile(
-    r"\s*([0-9]+)\s*(?:/|per)\s*([0-9]+\s+)?(second|minute|hour|day|month|year)s?\s*",
-    re.IGNORECASE,
-)
 
 
 class SettingsError(ValueError):
@@ -194,8 +188,14 @@ def _memory_size(value: Any) -> int | None:
 
 
 def _rate_limit(value: Any) -> str:
-    match = _RATE_LIMIT.fullmatch(value) if isinstance(value, str) else None
-    if match is None or int(match.group(1)) < 1:
+    """A rate limit as :func:`aggregator.http.ratelimits.parse_limit` reads it."""
+    if not isinstance(value, str):
+        raise _Bad
+    try:
+        amount, _ = parse_limit(value)
+    except ValueError:
+        raise _Bad from None
+    if amount < 1:
         raise _Bad
     return value.strip()
 
@@ -362,18 +362,6 @@ class Settings:
     ratelimit_enabled: bool = setting(FLAG, True, "rate limiting on or off (every limit above)")
     ratelimit_headers_enabled: bool = setting(
         FLAG, True, "`X-RateLimit-*` headers on the responses of rate-limited endpoints"
-    )
-    ratelimit_swallow_errors: bool = setting(
-        FLAG,
-        True,
-        "a limiter counter that cannot be written (Redis at its memory limit) lets the request "
-        "through instead of failing it (failed sign-ins are counted apart and fail closed)",
-    )
-    ratelimit_storage_uri: str | None = setting(
-        OPTIONAL_TEXT,
-        None,
-        "where the limiter keeps its counters (unset: the store's Redis, or memory when "
-        "the app runs without `serve` on the embedded one)",
     )
     cors_origins: str | tuple[str, ...] = setting(
         Kind("origins", "'*' or a JSON list of origins", _origins),

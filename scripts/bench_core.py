@@ -8,6 +8,10 @@ One run measures every row and writes section ``core`` of ``BENCHMARKS.md``
 * planar Laplace IBU on a 256 x 256 grid, 1,000 iterations, time and peak
   resident memory, measured in a fresh subprocess;
 * k-RR IBU with k = 100,000, 1,000 iterations;
+
+  these three on both estimation paths: the default install's (``scipy.fft``,
+  numpy) and the ``fast`` extra's (FFTW and numba-compiled loops), where it is
+  installed;
 * k-RR perturbation: vectorised (10^7 users, k = 100) and the scalar secure
   on-device sampler (``secrets.SystemRandom``), per report;
 * peers on k-RR (multi-freq-ldpy GRR with MI and IBU, pure-ldp direct
@@ -30,7 +34,9 @@ cannot be imported is reported and its rows are skipped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import importlib.util
 import json
 import math
 import os
@@ -41,7 +47,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project importable
     sys.path.insert(0, str(ROOT))
 
-from aggregator.estimation import IBU, MatrixInversion, channel_for  # noqa: E402
+from aggregator.estimation import IBU, MatrixInversion, channel_for, channels, fftw  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
 from shared.geo import EARTH_RADIUS_M, Grid, Region  # noqa: E402
 from shared.mechanisms import KRR, PlanarLaplace  # noqa: E402
@@ -77,6 +83,11 @@ BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THR
 NO_TARGET = "—"
 # Alternating rounds of ours and qif's IBU (40x40 against qif); the median ratio is reported.
 IBU_ROUNDS = 15
+# The estimation paths: what the default install runs, and what the fast extra adds.
+PATH_NAMES = {
+    "default": "default path (scipy.fft, numpy)",
+    "fast": "fast extra (FFTW, numba-compiled)",
+}
 
 
 @dataclass(frozen=True)
@@ -216,6 +227,28 @@ def median_seconds(
     return statistics.median(times), result
 
 
+def estimation_paths() -> list[str]:
+    """The paths this environment can run: the default one, and the fast extra's if installed."""
+    installed = all(importlib.util.find_spec(name) for name in ("pyfftw", "numba"))
+    return ["default", "fast"] if installed else ["default"]
+
+
+@contextlib.contextmanager
+def estimation_path(path: str) -> Iterator[None]:
+    """Channels built and fitted within run on ``path``: "default" hides the fast extra's
+    compiled code, as in an install without it; "fast" insists on it."""
+    saved = fftw.load, channels._krr_loops
+    if path == "default":
+        fftw.load = lambda: None
+        channels._krr_loops = lambda: None
+    elif fftw.load() is None or channels._krr_loops() is None:
+        raise RuntimeError("the fast extra (pyFFTW, numba) is not installed")
+    try:
+        yield
+    finally:
+        fftw.load, channels._krr_loops = saved
+
+
 def optional_peer(module: str) -> Any | None:
     """Import a peer library, or say clearly that its rows are skipped."""
     try:
@@ -294,8 +327,14 @@ def total_variation(p: np.ndarray, q: np.ndarray) -> float:
 # --- planar Laplace IBU against qif -------------------------------------------------------
 
 
-def qif_child(cells: int, users: int, iterations: int, repeats: int) -> dict[str, Any]:
-    """Run in a fresh process (so BLAS threads can be set): ours and qif on the same counts."""
+def qif_child(cells: int, users: int, iterations: int, repeats: int, path: str) -> dict[str, Any]:
+    """Run in a fresh process (so BLAS threads can be set): ours on ``path`` and qif on the
+    same counts."""
+    with estimation_path(path):
+        return qif_compare(cells, users, iterations, repeats)
+
+
+def qif_compare(cells: int, users: int, iterations: int, repeats: int) -> dict[str, Any]:
     mechanism, truth, counts = planar_data(cells, users, seed=0)
     fixed = IBU(stopping="tolerance", tol=0.0, max_iter=iterations)
     # The first estimate of a fresh process pays for loading the compiled loops and for
@@ -358,35 +397,36 @@ def bench_qif(cfg: Config, report: Report) -> None:
     # Our FFTs run on one thread; qif's dense products use its bundled OpenBLAS, threaded by
     # default. Like for like is one thread each; the default threading is shown as well.
     runs = {}
-    for label, threads in (("1 thread", "1"), ("default threads", None)):
-        env = dict(os.environ)
-        for variable in BLAS_THREAD_VARIABLES:
-            env.pop(variable, None)
-            if threads is not None:
-                env[variable] = threads
-        arguments = [str(a) for a in (g, cfg.qif_users, iterations, cfg.repeats)]
-        completed = subprocess.run(
-            [sys.executable, __file__, "--child-qif", *arguments],
-            check=True,
-            capture_output=True,
-            text=True,
-            env=env,
-        )
-        *messages, last = completed.stdout.strip().splitlines()
-        for message in messages:  # e.g. that qif is missing
-            print(message)
-        runs[label] = json.loads(last)
-    single = runs["1 thread"]
+    for path in estimation_paths():
+        for label, threads in (("1 thread", "1"), ("default threads", None)):
+            env = dict(os.environ)
+            for variable in BLAS_THREAD_VARIABLES:
+                env.pop(variable, None)
+                if threads is not None:
+                    env[variable] = threads
+            arguments = [str(a) for a in (g, cfg.qif_users, iterations, cfg.repeats, path)]
+            completed = subprocess.run(
+                [sys.executable, __file__, "--child-qif", *arguments],
+                check=True,
+                capture_output=True,
+                text=True,
+                env=env,
+            )
+            *messages, last = completed.stdout.strip().splitlines()
+            for message in messages:  # e.g. that qif is missing
+                print(message)
+            runs[path, label] = json.loads(last)
+    single = runs["default", "1 thread"]
     rows = [
         (
-            f"ours (FFT operator, compiled IBU steps), {label}",
+            f"ours, {PATH_NAMES[path]}, {label}",
             f"{run['build_ours']:.3f}",
             f"{run['ibu_ours']:.3f}",
             f"{run['build_ours'] + run['ibu_ours']:.3f}",
             f"{run['cold_ours']:.3f}",
             f"{run['tv_ours']:.4f}",
         )
-        for label, run in runs.items()
+        for (path, label), run in runs.items()
     ]
     if not single["qif"]:
         report.target(f"planar IBU {g}x{g}, {iterations} it vs qif", "qif missing", ">= 10x", False)
@@ -394,35 +434,35 @@ def bench_qif(cfg: Config, report: Report) -> None:
         return
     rows += [
         (
-            f"qif (dense matrix, C++), {label}",
+            f"qif (dense matrix, C++), {label}, alongside ours on the {path} path",
             f"{run['build_qif']:.3f}",
             f"{run['ibu_qif']:.3f}",
             f"{run['build_qif'] + run['ibu_qif']:.3f}",
             "",
             f"{run['tv_qif']:.4f}",
         )
-        for label, run in runs.items()
+        for (path, label), run in runs.items()
     ]
     full = not cfg.quick
-    for label, run in runs.items():
+    for (path, label), run in runs.items():
         ratio_ibu = run["ibu_ratio"]
         ratio_total = (run["build_qif"] + run["ibu_qif"]) / (run["build_ours"] + run["ibu_ours"])
         ratio_cold = (run["build_qif"] + run["ibu_qif"]) / run["cold_ours"]
+        what = f"planar IBU {g}x{g}, {iterations} it, {path} path: qif time / ours"
         report.target(
-            f"planar IBU {g}x{g}, {iterations} it: qif time / ours, IBU only, BLAS {label}",
+            f"{what}, IBU only, BLAS {label}",
             f"{ratio_ibu:.1f}x ({run['ibu_ours'] * 1e3:.0f} ms vs {run['ibu_qif'] * 1e3:.0f} ms)",
             ">= 10x",
             ratio_ibu >= 10 if full else None,
         )
         report.target(
-            f"planar IBU {g}x{g}, {iterations} it: qif time / ours, channel + IBU, BLAS {label}",
+            f"{what}, channel + IBU, BLAS {label}",
             f"{ratio_total:.1f}x",
             ">= 10x",
             ratio_total >= 10 if full else None,
         )
         report.target(
-            f"planar IBU {g}x{g}, {iterations} it: qif time / ours, channel + IBU with our first "
-            f"in a fresh process, BLAS {label}",
+            f"{what}, channel + IBU with our first in a fresh process, BLAS {label}",
             f"{ratio_cold:.1f}x ({run['cold_ours']:.2f} s)",
             NO_TARGET,
             None,
@@ -437,9 +477,9 @@ def bench_qif(cfg: Config, report: Report) -> None:
         f"{', '.join(BLAS_THREAD_VARIABLES)} to 1 (our FFTs are single-threaded either way). "
         f"The two IBUs alternate over {IBU_ROUNDS} rounds; IBU times are the rounds' medians and "
         "the IBU ratios in the targets the median of the rounds' ratios. 'channel' is the "
-        "median of repeated builds; the first build of a process also loads the compiled loops "
-        "(numba's on-disk cache) and plans the transforms by timing them (FFTW_MEASURE), which "
-        "is what the fresh-process column adds.",
+        "median of repeated builds; on the fast path the first build of a process also loads "
+        "the compiled loops (numba's on-disk cache) and plans the transforms by timing them "
+        "(FFTW_MEASURE), which is what the fresh-process column adds.",
         "",
         table(
             (
@@ -453,22 +493,25 @@ def bench_qif(cfg: Config, report: Report) -> None:
             rows,
         ),
         "",
-        f"Total-variation distance between the two reconstructions: {single['gap']:.2e} (largest "
-        f"row TV between qif's Monte Carlo channel and ours: {single['channel_gap']:.1e}).",
+        f"Total-variation distance between the two reconstructions (default path): "
+        f"{single['gap']:.2e} (largest row TV between qif's Monte Carlo channel and ours: "
+        f"{single['channel_gap']:.1e}).",
     ]
 
 
 # --- 256 x 256 planar grid, in a subprocess for its peak memory ---------------------------
 
 
-def planar_child(cells: int, users: int, iterations: int) -> dict[str, float]:
-    """Run in a fresh process: build the channel, run IBU, report times and peak RSS."""
+def planar_child(cells: int, users: int, iterations: int, path: str) -> dict[str, float]:
+    """Run in a fresh process: build the channel, run IBU on ``path``, report times and peak
+    RSS."""
     mechanism, _, counts = planar_data(cells, users, seed=0)
-    start = time.perf_counter()
-    channel = channel_for(mechanism)
-    built = time.perf_counter()
-    fitted = IBU(stopping="tolerance", tol=0.0, max_iter=iterations).fit(counts, channel)
-    done = time.perf_counter()
+    with estimation_path(path):
+        start = time.perf_counter()
+        channel = channel_for(mechanism)
+        built = time.perf_counter()
+        fitted = IBU(stopping="tolerance", tol=0.0, max_iter=iterations).fit(counts, channel)
+        done = time.perf_counter()
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {
         "build_seconds": built - start,
@@ -480,40 +523,35 @@ def planar_child(cells: int, users: int, iterations: int) -> dict[str, float]:
 
 def bench_big_grid(cfg: Config, report: Report) -> None:
     g, iterations = cfg.big_grid, cfg.big_iterations
-    print(f"planar Laplace IBU, {g}x{g}, {iterations} iterations (subprocess)", flush=True)
-    runs = []
-    for _ in range(cfg.big_repeats):
-        completed = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--child-planar",
-                str(g),
-                str(cfg.big_users),
-                str(iterations),
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
+    for path in estimation_paths():
+        print(f"planar Laplace IBU, {g}x{g}, {iterations} iterations, {path} path", flush=True)
+        runs = []
+        for _ in range(cfg.big_repeats):
+            arguments = [str(a) for a in (g, cfg.big_users, iterations, path)]
+            completed = subprocess.run(
+                [sys.executable, __file__, "--child-planar", *arguments],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            runs.append(json.loads(completed.stdout.strip().splitlines()[-1]))
+        assert all(run["n_iter"] == iterations for run in runs), runs
+        ibu = statistics.median(run["ibu_seconds"] for run in runs)
+        build = statistics.median(run["build_seconds"] for run in runs)
+        peak = max(run["peak_rss_mib"] for run in runs)
+        full = not cfg.quick
+        report.target(
+            f"planar IBU {g}x{g}, {iterations} it, {path} path: time",
+            f"{seconds_text(ibu)} (+ {seconds_text(build)} channel)",
+            "< 60 s",
+            ibu + build < 60 if full else None,
         )
-        runs.append(json.loads(completed.stdout.strip().splitlines()[-1]))
-    assert all(run["n_iter"] == iterations for run in runs), runs
-    ibu = statistics.median(run["ibu_seconds"] for run in runs)
-    build = statistics.median(run["build_seconds"] for run in runs)
-    peak = max(run["peak_rss_mib"] for run in runs)
-    full = not cfg.quick
-    report.target(
-        f"planar IBU {g}x{g}, {iterations} it: time",
-        f"{seconds_text(ibu)} (+ {seconds_text(build)} channel)",
-        "< 60 s",
-        ibu + build < 60 if full else None,
-    )
-    report.target(
-        f"planar IBU {g}x{g}, {iterations} it: peak RSS (whole process)",
-        f"{peak:.0f} MiB",
-        "< 2 GB",
-        peak * 2**20 < 2e9 if full else None,
-    )
+        report.target(
+            f"planar IBU {g}x{g}, {iterations} it, {path} path: peak RSS (whole process)",
+            f"{peak:.0f} MiB",
+            "< 2 GB",
+            peak * 2**20 < 2e9 if full else None,
+        )
 
 
 # --- k-RR ---------------------------------------------------------------------------------
@@ -532,14 +570,17 @@ def bench_krr_ibu(cfg: Config, report: Report) -> None:
     counts = np.bincount(sample(mechanism, truth, generator), minlength=k).astype(float)
     channel = channel_for(mechanism)
     fixed = IBU(stopping="tolerance", tol=0.0, max_iter=iterations)
-    seconds, fitted = median_seconds(lambda: fixed.fit(counts, channel), cfg.repeats)
-    assert fitted.n_iter_ == iterations, fitted.n_iter_
-    report.target(
-        f"k-RR IBU, k = {k:,}, {iterations} it ({cfg.krr_users:,} users, epsilon 1)",
-        seconds_text(seconds),
-        "< 5 s",
-        seconds < 5 if not cfg.quick else None,
-    )
+    for path in estimation_paths():
+        with estimation_path(path):
+            seconds, fitted = median_seconds(lambda: fixed.fit(counts, channel), cfg.repeats)
+        assert fitted.n_iter_ == iterations, fitted.n_iter_
+        report.target(
+            f"k-RR IBU, k = {k:,}, {iterations} it ({cfg.krr_users:,} users, epsilon 1), "
+            f"{path} path",
+            seconds_text(seconds),
+            "< 5 s",
+            seconds < 5 if not cfg.quick else None,
+        )
 
 
 def scalar_perturb_us(mechanism: Any, values: Sequence[Any], repeats: int) -> float:
@@ -879,24 +920,32 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="run only these parts (repeatable); BENCHMARKS.md is written only by a full run",
     )
     parser.add_argument("--no-write", action="store_true", help="do not touch BENCHMARKS.md")
-    parser.add_argument("--child-planar", nargs=3, type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--child-qif", nargs=4, type=int, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--note",
+        action="append",
+        default=[],
+        help="a note on the run for the section (repeatable), e.g. that the machine was shared",
+    )
+    parser.add_argument("--child-planar", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--child-qif", nargs=5, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child_planar:
-        print(json.dumps(planar_child(*args.child_planar)))
+        *sizes, path = args.child_planar
+        print(json.dumps(planar_child(*map(int, sizes), path)))
         return 0
     if args.child_qif:
-        print(json.dumps(qif_child(*args.child_qif)))
+        *sizes, path = args.child_qif
+        print(json.dumps(qif_child(*map(int, sizes), path)))
         return 0
     if args.repeats is not None and args.repeats < 1:
         print("Error: --repeats must be >= 1", file=sys.stderr)
         return 2
     cfg = Config.smoke(args.repeats or 2) if args.quick else Config.full(args.repeats or 5)
-    report = Report()
+    report = Report(notes=list(args.note))
     started = time.perf_counter()
     for name in args.only or SECTIONS:
         RUNNERS[name](cfg, report)

@@ -6,6 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
 # pip's log goes to a file and is shown only if the install fails.
-.venv/bin/python -m pip install --disable-pip-version-check -e '.[aggregator]' > .venv/pip.log 2>&1 \
+.venv/bin/python -m pip install --disable-pip-version-check -e '.[simulate]' > .venv/pip.log 2>&1 \
     || { cat .venv/pip.log; exit 1; }
 exec .venv/bin/python scripts/demo.py "$@"

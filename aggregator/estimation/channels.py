@@ -27,7 +27,7 @@ import scipy.fft
 import scipy.linalg
 from scipy.sparse.linalg import LinearOperator, gmres
 
-from aggregator.estimation import fftw
+from aggregator.estimation import fftw, planar_steps
 from aggregator.estimation.planar_kernel import kernel as planar_kernel
 from shared.mechanisms import KRR, Mechanism, PlanarLaplace
 
@@ -175,7 +175,7 @@ class KRRIBUSteps:
 
 
 def _krr_loops():
-    """The compiled k-RR loops, or ``None`` where numba is not installed."""
+    """The compiled k-RR loops, or ``None`` without the ``fast`` extra (numba)."""
     try:
         from aggregator.estimation import krr_loops
     except ImportError:
@@ -204,33 +204,17 @@ class KRRChannel(Channel):
         return (q - self.p_other * q.sum()) / (self.p_keep - self.p_other), True
 
     def ibu_steps(self, counts: np.ndarray) -> KRRIBUSteps | None:
-        """Compiled IBU steps (three passes over ``k`` values each), where numba is installed;
-        ``counts`` may hold several sets of counts as rows."""
+        """Compiled IBU steps (three passes over ``k`` values each) with the ``fast`` extra
+        (numba), else None (the generic steps); ``counts`` may hold several sets as rows."""
         loops = _krr_loops()
         return None if loops is None else KRRIBUSteps(self, counts, loops)
 
 
-class _ScipyConvolution:
-    """:class:`fftw.Convolution`'s interface on ``scipy.fft``, where FFTW is unavailable."""
-
-    def __init__(self, rows: int, shape: tuple[int, int]):
-        self.rows, self.shape = rows, shape
-        self.image = np.zeros((rows, shape[1]))
-
-    def apply(self, spectrum: np.ndarray) -> np.ndarray:
-        product = scipy.fft.rfft2(self.image, self.shape) * spectrum
-        return scipy.fft.irfft2(product, self.shape, norm="forward")[: self.rows]
-
-
-class _PlanarIBUSteps:
-    """IBU's steps on a planar channel, run by compiled loops (see :class:`estimators.IBUSteps`)."""
+class _PlanarIBUSteps(planar_steps.GridSteps):
+    """IBU's steps on a planar channel, run by compiled loops around FFTW's plans."""
 
     def __init__(self, channel: PlanarLaplaceChannel, counts: np.ndarray):
-        self._channel = channel
-        shape = (channel.rows, channel.cols)
-        self._counts = np.ascontiguousarray(counts, dtype=float).reshape(shape)
-        self._p = np.full(shape, 1.0 / channel.n_inputs)
-        self._predicted = np.empty(shape)
+        super().__init__(channel, counts)
         bordered = np.zeros((channel.rows + 1, channel.cols + 1))
         self._loops.ibu_forward(*self._operands(), self._p, self._predicted, bordered)
 
@@ -254,14 +238,6 @@ class _PlanarIBUSteps:
             (channel._spectrum, channel._spectrum_conj),
             channel._edges,
         )
-
-    @property
-    def p(self) -> np.ndarray:
-        return self._p.ravel()
-
-    @property
-    def predicted(self) -> np.ndarray:
-        return self._predicted.ravel()
 
     def advance(self, steps: int, tol: float) -> tuple[int, float]:
         return self._loops.ibu_advance(
@@ -336,11 +312,11 @@ class PlanarLaplaceChannel(Channel):
         workspace = getattr(self._local, "workspace", None)
         if workspace is None:
             rows, cols = self.rows, self.cols
-            convolution: _ScipyConvolution | fftw.Convolution | None
+            convolution: planar_steps.Convolution | fftw.Convolution | None
             if rows == 1 or cols == 1:
                 convolution = None
             elif self._fftw is None:
-                convolution = _ScipyConvolution(rows, self._fft_shape)
+                convolution = planar_steps.Convolution(rows, self._fft_shape)
             else:
                 convolution = fftw.Convolution(self._fftw, rows, self._fft_shape)
             workspace = SimpleNamespace(
@@ -398,9 +374,15 @@ class PlanarLaplaceChannel(Channel):
         )
         return scipy.fft.irfft2(spectrum, shape)[:rows, :cols].ravel()
 
-    def ibu_steps(self, counts: np.ndarray) -> _PlanarIBUSteps | None:
-        """Compiled IBU steps (four transforms each), where FFTW and numba are installed."""
-        return None if self._fftw is None else _PlanarIBUSteps(self, counts)
+    def ibu_steps(self, counts: np.ndarray) -> _PlanarIBUSteps | planar_steps.IBUSteps | None:
+        """IBU steps of four transforms each: on ``scipy.fft``, or compiled around FFTW's
+        plans where the ``fast`` extra (pyFFTW, numba) is installed; None for a single row
+        or column (the generic steps serve it)."""
+        if self.rows == 1 or self.cols == 1:
+            return None
+        if self._fftw is None:
+            return planar_steps.IBUSteps(self, counts)
+        return _PlanarIBUSteps(self, counts)
 
     def forward(self, p: np.ndarray) -> np.ndarray:
         rows, cols = self.rows, self.cols

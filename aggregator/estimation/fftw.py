@@ -1,10 +1,13 @@
 """FFTW plans run from compiled loops, for the planar channel's convolutions.
 
+This is the optional ``fast`` extra's path (``pip install '.[aggregator,fast]'``):
+pyFFTW wraps the GPL-licensed FFTW, so the default install leaves it out and
+the channel runs on ``scipy.fft`` (:mod:`aggregator.estimation.planar_steps`).
 The FFTW library is the one pyFFTW's wheels ship (and its extension is linked
 against); it is called through ctypes, so that numba-compiled code runs a whole
 convolution, or a whole run of IBU steps, without a Python call per transform.
-:func:`load` returns ``None`` when pyFFTW, its library or numba is missing, and
-callers fall back to ``scipy.fft``.
+:func:`load` returns ``None`` when pyFFTW, its library or numba is missing; it
+imports them only when first called (building a planar channel), never at import.
 
 Only ``fftw_execute`` is thread-safe in FFTW: planning and destroying plans go
 through one lock here. Transforms keep to the plans' own buffers.

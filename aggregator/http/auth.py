@@ -26,10 +26,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import flask
-import limits
 from werkzeug.exceptions import TooManyRequests
 
 from aggregator.http.errors import APIError
+from aggregator.http.ratelimits import parse_limit
 from aggregator.services import get_store
 
 ADMIN = "admin"
@@ -84,18 +84,12 @@ def _matches(given: str, configured: object) -> bool:
     return hmac.compare_digest(given.encode(), str(configured).encode())
 
 
-@functools.lru_cache(maxsize=8)
-def _parse_limit(setting: str) -> tuple[int, int]:
-    item = limits.parse(setting)
-    return item.amount, item.get_expiry()
-
-
 def _failure_window() -> tuple[int, int, str, int] | None:
     """(allowed failures, window seconds, this address, window number), or None if unlimited."""
     config = flask.current_app.config
     if not config["RATELIMIT_ENABLED"]:
         return None
-    amount, window_s = _parse_limit(str(config["RATELIMIT_AUTH_FAILURES"]))
+    amount, window_s = parse_limit(str(config["RATELIMIT_AUTH_FAILURES"]))
     client = flask.request.remote_addr or "unknown"
     return amount, window_s, client, int(time.time() // window_s)
 

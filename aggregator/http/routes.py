@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import functools
 import json
-import time
 from typing import Any
 
 import flask
-import limits
 import redis
 
 from aggregator.http import estimates, export
 from aggregator.http.auth import ADMIN, ANALYST, require
 from aggregator.http.errors import APIError
+from aggregator.http.ratelimits import add_headers, parse_limit
 from aggregator.http.reports import parse_submission
 from aggregator.services import current_settings, get_capacity, get_channels, get_store
 from aggregator.storage.store import (
@@ -25,6 +24,7 @@ from aggregator.storage.store import (
     ReportBudget,
     ReportBudgetExceeded,
     SpecChanged,
+    WindowCount,
     is_out_of_memory,
 )
 from shared.errors import ValidationError
@@ -141,21 +141,14 @@ def update_campaign(campaign_id: str) -> flask.Response:
     return flask.jsonify(get_store().set_status(campaign_id, status).to_wire())
 
 
-@functools.lru_cache(maxsize=8)
-def _parse_limit(setting: str) -> tuple[int, int]:
-    """``"600 per minute"`` as (600, 60)."""
-    item = limits.parse(setting)
-    return item.amount, item.get_expiry()
-
-
 def _report_limits() -> tuple[RateLimit | None, ReportBudget | None]:
     """This client's submission limit and report budget (None when limits are off)."""
     config = flask.current_app.config
     if not config["RATELIMIT_ENABLED"]:
         return None, None
     client = flask.request.remote_addr or "unknown"
-    amount, window_s = _parse_limit(str(config["RATELIMIT_REPORTS"]))
-    budget, budget_window_s = _parse_limit(str(config["REPORT_BUDGET"]))
+    amount, window_s = parse_limit(str(config["RATELIMIT_REPORTS"]))
+    budget, budget_window_s = parse_limit(str(config["REPORT_BUDGET"]))
     return RateLimit(amount, window_s, client), ReportBudget(budget, budget_window_s, client)
 
 
@@ -226,11 +219,10 @@ def submit_reports(campaign_id: str) -> flask.Response:
             "duplicates": result.duplicates,
         }
     )
-    if rate_limit is not None and flask.current_app.config["RATELIMIT_HEADERS_ENABLED"]:
-        response.headers["X-RateLimit-Limit"] = str(rate_limit.amount)
-        remaining = max(rate_limit.amount - result.window_hits, 0)
-        response.headers["X-RateLimit-Remaining"] = str(remaining)
-        response.headers["X-RateLimit-Reset"] = str(int(time.time()) + result.window_ttl_s)
+    if rate_limit is not None:
+        add_headers(
+            response, rate_limit.amount, WindowCount(result.window_hits, result.window_ttl_s)
+        )
     return response
 
 

@@ -212,6 +212,13 @@ class IngestResult:
     window_ttl_s: int = 0
 
 
+class WindowCount(NamedTuple):
+    """A fixed window's requests so far (the one just counted included) and its seconds left."""
+
+    hits: int
+    ttl_s: int
+
+
 class CampaignStore:
     """Campaigns and their reports in one Redis (or Redis Cluster, by the key scheme)."""
 
@@ -225,6 +232,8 @@ class CampaignStore:
     TOKENS_KEY = "ldp:{{c:{id}}}:enrollment"
     RATE_KEY = "ldp:{{c:{id}}}:ratelimit:{client}:{window}"
     BUDGET_KEY = "ldp:{{c:{id}}}:ratelimit-reports:{client}:{window}"
+    # Requests to one rate-limited view outside a campaign (no hash tag: one key per call).
+    REQUEST_RATE_KEY = "ldp:ratelimit:{view}:{client}:{window}"
     ESTIMATE_LOCK_KEY = "ldp:{{c:{id}}}:estimate-lock:{variant}:{digest}"
 
     def __init__(
@@ -243,6 +252,7 @@ class CampaignStore:
         lua = resources.files("aggregator.storage") / "lua"
         self._create = connection.register_script((lua / "create.lua").read_text("utf-8"))
         self._ingest = connection.register_script((lua / "ingest.lua").read_text("utf-8"))
+        self._count_request = connection.register_script((lua / "ratelimit.lua").read_text("utf-8"))
         self._parsed: OrderedDict[str, tuple[CampaignSpec, Mechanism]] = OrderedDict()
         self._known: OrderedDict[str, Campaign] = OrderedDict()
         self.sessions = SessionStore(connection)
@@ -486,6 +496,22 @@ class CampaignStore:
             window_hits=int(hits),
             window_ttl_s=int(window_ttl),
         )
+
+    def count_request(
+        self, view: str, limit: RateLimit, *, now: float | None = None
+    ) -> WindowCount:
+        """Count one request of ``limit.client`` to ``view`` in its fixed window: one Redis call.
+
+        The counter is the ingestion script's kind (a key per client and window, expiring
+        with it); the caller compares ``hits`` with ``limit.amount``. Raises the
+        connection's errors (e.g. Redis at its memory limit refuses the write).
+        """
+        moment = time.time() if now is None else now
+        key = self.REQUEST_RATE_KEY.format(
+            view=view, client=limit.client, window=int(moment // limit.window_s)
+        )
+        hits, ttl_s = self._count_request(keys=[key], args=[limit.window_s])
+        return WindowCount(int(hits), int(ttl_s))
 
     def _window(
         self, template: str, campaign_id: str, limit: RateLimit | ReportBudget | None, moment: float
