@@ -479,6 +479,12 @@ class Settings:
         """``{"NAME": value}`` for every setting: what ``app.config`` holds."""
         return {key_of(field): getattr(self, field.name) for field in dataclasses.fields(self)}
 
+    def rate_limit(self, name: str) -> tuple[int, int] | None:
+        """(amount, window seconds) of the rate-limit setting ``name``; None with limits off."""
+        if not self.ratelimit_enabled:
+            return None
+        return parse_limit(getattr(self, name))
+
     @property
     def retention_s(self) -> float | None:
         """Seconds raw reports are kept (None: kept until trimmed by hand)."""

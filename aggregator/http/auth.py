@@ -29,8 +29,7 @@ import flask
 from werkzeug.exceptions import TooManyRequests
 
 from aggregator.http.errors import APIError
-from aggregator.http.ratelimits import parse_limit
-from aggregator.services import get_store
+from aggregator.services import current_settings, get_store
 
 ADMIN = "admin"
 ANALYST = "analyst"
@@ -86,10 +85,10 @@ def _matches(given: str, configured: object) -> bool:
 
 def _failure_window() -> tuple[int, int, str, int] | None:
     """(allowed failures, window seconds, this address, window number), or None if unlimited."""
-    config = flask.current_app.config
-    if not config["RATELIMIT_ENABLED"]:
+    limit = current_settings().rate_limit("ratelimit_auth_failures")
+    if limit is None:
         return None
-    amount, window_s = parse_limit(str(config["RATELIMIT_AUTH_FAILURES"]))
+    amount, window_s = limit
     client = flask.request.remote_addr or "unknown"
     return amount, window_s, client, int(time.time() // window_s)
 

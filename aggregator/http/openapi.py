@@ -18,6 +18,7 @@ from aggregator.http.enrollment import TOKEN_REQUEST
 from aggregator.http.estimates import CONFIDENCE, METHOD
 from aggregator.http.export import FORMAT
 from aggregator.http.routes import STATUS_UPDATE
+from aggregator.services import current_settings
 from aggregator.storage.store import STATUSES
 from shared.spec import CAMPAIGN_ID, KRR, PLANAR_LAPLACE, REGION, RR, SPEC_SCHEMAS
 from shared.wire import DEFAULT_MAX_BATCH, REPORT, report_batch
@@ -399,4 +400,4 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
 
 @bp.get("/openapi.json")
 def openapi_json() -> flask.Response:
-    return flask.jsonify(document(flask.current_app.config["MAX_BATCH"]))
+    return flask.jsonify(document(current_settings().max_batch))

@@ -29,14 +29,13 @@ import flask
 import redis
 
 from aggregator.http.errors import error_response
-from aggregator.services import get_store
+from aggregator.services import current_settings, get_store
 from aggregator.storage.store import RateLimit, WindowCount
 
 DEFAULT_PUBLIC_LIMIT = "1200 per minute"
 DEFAULT_LOGIN_LIMIT = "30 per minute"
 PUBLIC_VIEWS = ("api.health", "api.list_campaigns", "api.get_campaign", "openapi.openapi_json")
 LOGIN_VIEW = "dashboard.login"
-LIMIT_SETTINGS = ("RATELIMIT_PUBLIC", "RATELIMIT_LOGIN")
 _UNIT_S = {
     "second": 1,
     "minute": 60,
@@ -69,7 +68,7 @@ def parse_limit(setting: str) -> tuple[int, int]:
 
 def add_headers(response: flask.Response, amount: int, count: WindowCount) -> None:
     """The ``X-RateLimit-*`` headers of a counted request, if ``RATELIMIT_HEADERS_ENABLED``."""
-    if not flask.current_app.config["RATELIMIT_HEADERS_ENABLED"]:
+    if not current_settings().ratelimit_headers_enabled:
         return
     response.headers["X-RateLimit-Limit"] = str(amount)
     response.headers["X-RateLimit-Remaining"] = str(max(amount - count.hits, 0))
@@ -78,10 +77,10 @@ def add_headers(response: flask.Response, amount: int, count: WindowCount) -> No
 
 def _count(setting: str, view: str) -> tuple[int, WindowCount] | None:
     """Count this request; None when limits are off or the counter cannot be written."""
-    config = flask.current_app.config
-    if not config["RATELIMIT_ENABLED"]:
+    configured = current_settings().rate_limit(setting)
+    if configured is None:
         return None
-    amount, window_s = parse_limit(str(config[setting]))
+    amount, window_s = configured
     limit = RateLimit(amount, window_s, flask.request.remote_addr or "unknown")
     try:
         return amount, get_store().count_request(view, limit)
@@ -100,7 +99,7 @@ def _limited(setting: str, view: str, function: Callable[..., Any]) -> Callable[
             return flask.make_response(function(*args, **kwargs))
         amount, count = counted
         if count.hits > amount:
-            _, window_s = parse_limit(str(flask.current_app.config[setting]))
+            _, window_s = parse_limit(getattr(current_settings(), setting))
             response = error_response(
                 429,
                 "rate_limited",
@@ -116,20 +115,10 @@ def _limited(setting: str, view: str, function: Callable[..., Any]) -> Callable[
 
 
 def limit_public_views(app: flask.Flask) -> None:
-    """Wrap the public views of ``app`` (already registered) in their limits.
-
-    Raises ValueError if ``RATELIMIT_PUBLIC`` or ``RATELIMIT_LOGIN`` is not a limit.
-    """
-    app.config.setdefault("RATELIMIT_PUBLIC", DEFAULT_PUBLIC_LIMIT)
-    app.config.setdefault("RATELIMIT_LOGIN", DEFAULT_LOGIN_LIMIT)
-    for setting in LIMIT_SETTINGS:
-        try:
-            parse_limit(str(app.config[setting]))
-        except ValueError as error:
-            raise ValueError(f"LDP_{setting}: {error}") from None
+    """Wrap the public views of ``app`` (already registered) in their limits."""
     for view in PUBLIC_VIEWS:
-        app.view_functions[view] = _limited("RATELIMIT_PUBLIC", view, app.view_functions[view])
+        app.view_functions[view] = _limited("ratelimit_public", view, app.view_functions[view])
     if LOGIN_VIEW in app.view_functions:
         app.view_functions[LOGIN_VIEW] = _limited(
-            "RATELIMIT_LOGIN", LOGIN_VIEW, app.view_functions[LOGIN_VIEW]
+            "ratelimit_login", LOGIN_VIEW, app.view_functions[LOGIN_VIEW]
         )

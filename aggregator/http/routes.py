@@ -12,7 +12,7 @@ import redis
 from aggregator.http import estimates, export
 from aggregator.http.auth import ADMIN, ANALYST, require
 from aggregator.http.errors import APIError
-from aggregator.http.ratelimits import add_headers, parse_limit
+from aggregator.http.ratelimits import add_headers
 from aggregator.http.reports import parse_submission
 from aggregator.services import current_settings, get_capacity, get_channels, get_store
 from aggregator.storage.store import (
@@ -143,13 +143,13 @@ def update_campaign(campaign_id: str) -> flask.Response:
 
 def _report_limits() -> tuple[RateLimit | None, ReportBudget | None]:
     """This client's submission limit and report budget (None when limits are off)."""
-    config = flask.current_app.config
-    if not config["RATELIMIT_ENABLED"]:
+    settings = current_settings()
+    submissions = settings.rate_limit("ratelimit_reports")
+    budget = settings.rate_limit("report_budget")
+    if submissions is None or budget is None:
         return None, None
     client = flask.request.remote_addr or "unknown"
-    amount, window_s = parse_limit(str(config["RATELIMIT_REPORTS"]))
-    budget, budget_window_s = parse_limit(str(config["REPORT_BUDGET"]))
-    return RateLimit(amount, window_s, client), ReportBudget(budget, budget_window_s, client)
+    return RateLimit(*submissions, client), ReportBudget(*budget, client)
 
 
 @bp.post("/campaigns/<campaign_id>/reports")

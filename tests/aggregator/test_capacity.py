@@ -192,8 +192,9 @@ def test_a_full_store_is_logged_once_without_report_values(small_redis, caplog):
     assert not any(label in m for m in messages for label in KRR_SPEC["domain"])
 
 
-def test_the_report_budget_counts_reports_per_address(client, admin, krr_campaign, app):
-    app.config["REPORT_BUDGET"] = "5 per hour"
+def test_the_report_budget_counts_reports_per_address(config, admin):
+    client = create_app({**config, "REPORT_BUDGET": "5 per hour"}).test_client()
+    assert client.post("/api/v1/campaigns", json=KRR_SPEC, headers=admin).status_code == 201
     ids = [new_id() for _ in range(3)]
     assert client.post(REPORTS, json=batch(3, ids)).get_json()["accepted"] == 3
     refused = client.post(REPORTS, json=batch(3))
