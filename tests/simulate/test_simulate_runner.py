@@ -197,3 +197,10 @@ def test_the_package_re_exports_its_public_names():
         "simulate",
     ]
     assert all(hasattr(package, name) for name in package.__all__)
+
+
+def test_a_missing_extra_is_named():
+    from simulate import EXTRA_MODULES, missing_modules
+
+    assert missing_modules() == []
+    assert missing_modules((*EXTRA_MODULES, "no_such_module_for_ldp")) == ["no_such_module_for_ldp"]
