@@ -341,8 +341,15 @@ def wait_for_quiet_redis(redis_url: str) -> None:
 _CATEGORIES = (
     ("Redis client and socket", ("/redis/", "_socket", "socket.py")),
     ("JSON", ("/json/", "json.")),
-    ("report validation (ours)", ("/shared/", "/aggregator/reports.py", "uuid.py")),
-    ("rate limiter, CORS, errors (ours)", ("flask_limiter", "/limits/", "/aggregator/cors.py")),
+    ("report validation (ours)", ("/shared/", "/aggregator/http/reports.py", "uuid.py")),
+    (
+        "rate limits, CORS, errors (ours)",
+        (
+            "/aggregator/http/ratelimits.py",
+            "/aggregator/http/cors.py",
+            "/aggregator/http/errors.py",
+        ),
+    ),
     ("Flask and werkzeug", ("/flask/", "/werkzeug/")),
 )
 
