@@ -73,6 +73,11 @@ class PoisoningCheck:
     explanation: str
     details: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def not_assessed(cls, false_alarm_rate: float, explanation: str) -> PoisoningCheck:
+        """A check that could not be made, and why."""
+        return cls(None, None, None, false_alarm_rate, explanation)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "flagged": self.flagged,
@@ -130,15 +135,10 @@ def check_krr(
     counts = np.asarray(counts, dtype=np.int64)
     k, n, q = mechanism.k, int(counts.sum()), mechanism.p_other
     if n * q < MIN_NOISE_PER_CATEGORY:
-        return PoisoningCheck(
-            flagged=None,
-            statistic=None,
-            threshold=None,
-            false_alarm_rate=false_alarm_rate,
-            explanation=(
-                f"Not assessed: {n:,} reports are too few (each category is expected to get "
-                f"at least {MIN_NOISE_PER_CATEGORY:g} reports of noise first)."
-            ),
+        return PoisoningCheck.not_assessed(
+            false_alarm_rate,
+            f"Not assessed: {n:,} reports are too few (each category is expected to get "
+            f"at least {MIN_NOISE_PER_CATEGORY:g} reports of noise first).",
         )
     js = cutoffs(k)
     mean, sd = noise_floor(n, k, q, js, seed=seed)
@@ -187,12 +187,7 @@ def check(
     """The poisoning check for any campaign; only k-RR and binary RR are assessed."""
     if isinstance(mechanism, KRR):
         return check_krr(counts, mechanism, false_alarm_rate=false_alarm_rate, seed=seed)
-    return PoisoningCheck(
-        flagged=None,
-        statistic=None,
-        threshold=None,
-        false_alarm_rate=false_alarm_rate,
-        explanation=(
-            f"Not assessed for {mechanism.name}: the check covers k-RR and randomized response."
-        ),
+    return PoisoningCheck.not_assessed(
+        false_alarm_rate,
+        f"Not assessed for {mechanism.name}: the check covers k-RR and randomized response.",
     )
