@@ -331,11 +331,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 seeds, fewer cases, print only")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--cost-only", action="store_true", help="only the cost table (printed, not written)"
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.cost_only:
+        print(timing_table(timing_rows(TIMING_REPEATS)))
+        return 0
     seeds = SEEDS[:2] if args.quick else SEEDS
     results = []
     for case in cases(args.quick):

@@ -27,7 +27,7 @@ import scipy.fft
 import scipy.linalg
 from scipy.sparse.linalg import LinearOperator, gmres
 
-from aggregator.estimation import fftw, planar_steps
+from aggregator.estimation import fftw, krr_steps, planar_steps
 from aggregator.estimation.planar_kernel import kernel as planar_kernel
 from shared.mechanisms import KRR, Mechanism, PlanarLaplace
 
@@ -175,11 +175,11 @@ class KRRIBUSteps:
 
 
 def _krr_loops():
-    """The compiled k-RR loops, or ``None`` without the ``fast`` extra (numba)."""
+    """The compiled k-RR loops with the ``fast`` extra (numba), else the numpy steps."""
     try:
         from aggregator.estimation import krr_loops
     except ImportError:
-        return None
+        return krr_steps
     return krr_loops
 
 
@@ -203,11 +203,10 @@ class KRRChannel(Channel):
             raise SingularChannelError("k-RR with epsilon this small cannot be inverted")
         return (q - self.p_other * q.sum()) / (self.p_keep - self.p_other), True
 
-    def ibu_steps(self, counts: np.ndarray) -> KRRIBUSteps | None:
-        """Compiled IBU steps (three passes over ``k`` values each) with the ``fast`` extra
-        (numba), else None (the generic steps); ``counts`` may hold several sets as rows."""
-        loops = _krr_loops()
-        return None if loops is None else KRRIBUSteps(self, counts, loops)
+    def ibu_steps(self, counts: np.ndarray) -> KRRIBUSteps:
+        """IBU steps on every row of ``counts`` at once: compiled loops (three passes over
+        ``k`` values each) with the ``fast`` extra (numba), else whole-array numpy steps."""
+        return KRRIBUSteps(self, counts, _krr_loops())
 
 
 class _PlanarIBUSteps(planar_steps.GridSteps):

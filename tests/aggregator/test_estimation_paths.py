@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from aggregator.estimation import IBU, channel_for, channels, fftw, planar_steps
+from aggregator.estimation import IBU, channel_for, channels, fftw, krr_steps, planar_steps
 from aggregator.estimation.estimators import IBUSteps
 from shared.geo import Grid, Region
 from shared.mechanisms import KRR, PlanarLaplace
@@ -25,7 +25,7 @@ def default_path(monkeypatch):
 
     def use() -> None:
         monkeypatch.setattr(fftw, "load", lambda: None)
-        monkeypatch.setattr(channels, "_krr_loops", lambda: None)
+        monkeypatch.setattr(channels, "_krr_loops", lambda: krr_steps)
 
     return use
 
@@ -48,15 +48,18 @@ def krr_case() -> tuple[KRR, np.ndarray]:
 @pytest.mark.parametrize("case", [planar_case, krr_case], ids=["planar", "krr"])
 def test_the_default_path_estimates_what_the_compiled_path_does(case, default_path):
     mechanism, counts = case()
-    fast_channel = channel_for(mechanism)
-    if fast_channel.ibu_steps(counts) is None:
+    if fftw.load() is None or channels._krr_loops() is krr_steps:
         pytest.skip("the fast extra (pyFFTW, numba) is not installed")
+    fast_channel = channel_for(mechanism)
     fast = IBU().fit(counts, fast_channel)
     fast_fixed = IBU(stopping="tolerance", tol=0.0, max_iter=300).fit(counts, fast_channel)
     default_path()
     default_channel = channel_for(mechanism)
     steps = default_channel.ibu_steps(counts)
-    assert steps is None or isinstance(steps, planar_steps.IBUSteps)
+    if isinstance(mechanism, PlanarLaplace):
+        assert isinstance(steps, planar_steps.IBUSteps)
+    else:
+        assert steps._loops is krr_steps
     default = IBU().fit(counts, default_channel)
     default_fixed = IBU(stopping="tolerance", tol=0.0, max_iter=300).fit(counts, default_channel)
     # The cross-validated stop picks the same step; the estimates agree to rounding.
@@ -91,3 +94,24 @@ def test_importing_the_aggregator_loads_no_compiled_extra():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert completed.stdout.strip() == "[]"
+
+
+def test_the_default_krr_steps_are_the_operator_steps_on_every_fold(default_path):
+    default_path()
+    mechanism, counts = krr_case()
+    channel = channel_for(mechanism)
+    folds = np.stack([counts, counts[::-1], np.roll(counts, 7)])
+    batched = channel.ibu_steps(folds)
+    singles = [IBUSteps(channel, row) for row in folds]
+    for steps in (1, 9, 50):
+        _, change = batched.advance(steps, 0.0)
+        changes = [single.advance(steps, 0.0)[1] for single in singles]
+        assert change == pytest.approx(max(changes), rel=1e-9)
+        for row, single in enumerate(singles):
+            np.testing.assert_allclose(batched.p[row], single.p, rtol=1e-11, atol=1e-15)
+            np.testing.assert_allclose(
+                batched.predicted[row], single.predicted, rtol=1e-11, atol=1e-15
+            )
+    # A tolerance stops all rows together, after the first step that moves no row by more.
+    taken, change = channel.ibu_steps(folds).advance(10_000, 1e-6)
+    assert taken < 10_000 and change <= 1e-6
