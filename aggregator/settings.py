@@ -432,11 +432,10 @@ class Settings:
             except _Bad:
                 raise _refusal(field, raw) from None
             object.__setattr__(self, field.name, value)
-        config = self.to_config()
         for name in auth.TOKEN_SETTINGS:
             try:
                 auth.check_token_strength(
-                    {"ALLOW_WEAK_TOKENS": self.allow_weak_tokens, name: config[name]}
+                    {"ALLOW_WEAK_TOKENS": self.allow_weak_tokens, name: getattr(self, name.lower())}
                 )
             except auth.WeakTokenError as weak:
                 raise SettingsError(env_var(name), str(weak)) from None

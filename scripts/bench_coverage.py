@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project importable
     sys.path.insert(0, str(ROOT))
 
-import aggregator.estimation.compute as estimation_api  # noqa: E402
+import aggregator.estimation.compute as estimation_compute  # noqa: E402
 from aggregator.estimation import channel_for, estimate  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
 from shared.geo import EARTH_RADIUS_M, Grid, Region  # noqa: E402
@@ -172,7 +172,7 @@ def data_configs(path: Path, quick: bool) -> Iterator[Config]:
 @contextmanager
 def timed_intervals(record: list[float]) -> Iterator[None]:
     """Time every call of the interval entry point made by the estimate pipeline."""
-    original: Callable = estimation_api.confidence_interval
+    original: Callable = estimation_compute.confidence_interval
 
     def timed(*args, **kwargs):
         started = time.perf_counter()
@@ -181,11 +181,11 @@ def timed_intervals(record: list[float]) -> Iterator[None]:
         finally:
             record.append(time.perf_counter() - started)
 
-    estimation_api.confidence_interval = timed
+    estimation_compute.confidence_interval = timed
     try:
         yield
     finally:
-        estimation_api.confidence_interval = original
+        estimation_compute.confidence_interval = original
 
 
 def run(config: Config, trials: int, seed: int) -> Tally:

@@ -15,10 +15,10 @@ def missing_modules(names: tuple[str, ...] = EXTRA_MODULES) -> list[str]:
     return [name for name in names if find_spec(name) is None]
 
 
-if missing_modules():
+if _missing := missing_modules():
     raise ModuleNotFoundError(
         "ldp-simulate needs the simulate extra: pip install 'ldp-collect[simulate]' "
-        f"(missing: {', '.join(missing_modules())})"
+        f"(missing: {', '.join(_missing)})"
     )
 
 from simulate.metrics import Scores, score  # noqa: E402

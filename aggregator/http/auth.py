@@ -30,6 +30,7 @@ from werkzeug.exceptions import TooManyRequests
 
 from aggregator.http.errors import APIError
 from aggregator.services import current_settings, get_store
+from aggregator.storage.store import RateLimit
 
 ADMIN = "admin"
 ANALYST = "analyst"
@@ -83,23 +84,24 @@ def _matches(given: str, configured: object) -> bool:
     return hmac.compare_digest(given.encode(), str(configured).encode())
 
 
-def _failure_window() -> tuple[int, int, str, int] | None:
-    """(allowed failures, window seconds, this address, window number), or None if unlimited."""
+FAILURES_VIEW = "auth-failure"
+
+
+def _failure_limit() -> RateLimit | None:
+    """This address's allowance of failed attempts, or None if unlimited."""
     limit = current_settings().rate_limit("ratelimit_auth_failures")
     if limit is None:
         return None
-    amount, window_s = limit
-    client = flask.request.remote_addr or "unknown"
-    return amount, window_s, client, int(time.time() // window_s)
+    return RateLimit(*limit, flask.request.remote_addr or "unknown")
 
 
 def refuse_if_throttled() -> None:
     """429 (``Retry-After``) if this address has used up its failed attempts (a read only)."""
-    window = _failure_window()
-    if window is None:
+    limit = _failure_limit()
+    if limit is None:
         return
-    amount, window_s, client, number = window
-    if get_store().auth_failures.count(client, number) >= amount:
+    amount, window_s = limit.amount, limit.window_s
+    if get_store().requests_counted(FAILURES_VIEW, limit) >= amount:
         retry_after = max(window_s - int(time.time()) % window_s, 1)
         raise TooManyRequests(
             f"too many failed authentication attempts ({amount} per {window_s} s)",
@@ -112,18 +114,17 @@ def record_failure() -> None:
 
     The attempt that uses up the address's allowance is logged (once per window).
     """
-    window = _failure_window()
-    if window is None:
+    limit = _failure_limit()
+    if limit is None:
         return
-    amount, window_s, client, number = window
-    failures = get_store().auth_failures.add(client, number, window_s)
-    if failures == amount:
+    failures = get_store().count_request(FAILURES_VIEW, limit).hits
+    if failures == limit.amount:
         flask.current_app.logger.warning(
             "%d failed authentication attempts from %s within %d s: further token attempts "
             "from this address get 429 until the window ends",
             failures,
             flask.request.remote_addr,
-            window_s,
+            limit.window_s,
         )
 
 

@@ -75,15 +75,14 @@ def add_headers(response: flask.Response, amount: int, count: WindowCount) -> No
     response.headers["X-RateLimit-Reset"] = str(int(time.time()) + count.ttl_s)
 
 
-def _count(setting: str, view: str) -> tuple[int, WindowCount] | None:
+def _count(setting: str, view: str) -> tuple[RateLimit, WindowCount] | None:
     """Count this request; None when limits are off or the counter cannot be written."""
     configured = current_settings().rate_limit(setting)
     if configured is None:
         return None
-    amount, window_s = configured
-    limit = RateLimit(amount, window_s, flask.request.remote_addr or "unknown")
+    limit = RateLimit(*configured, flask.request.remote_addr or "unknown")
     try:
-        return amount, get_store().count_request(view, limit)
+        return limit, get_store().count_request(view, limit)
     except redis.RedisError as error:
         flask.current_app.logger.warning("rate limit of %s not counted: %s", view, error)
         return None
@@ -97,18 +96,17 @@ def _limited(setting: str, view: str, function: Callable[..., Any]) -> Callable[
         counted = _count(setting, view)
         if counted is None:
             return flask.make_response(function(*args, **kwargs))
-        amount, count = counted
-        if count.hits > amount:
-            _, window_s = parse_limit(getattr(current_settings(), setting))
+        limit, count = counted
+        if count.hits > limit.amount:
             response = error_response(
                 429,
                 "rate_limited",
-                f"rate limit exceeded ({amount} per {window_s} s); retry later",
+                f"rate limit exceeded ({limit.amount} per {limit.window_s} s); retry later",
             )
             response.headers["Retry-After"] = str(max(count.ttl_s, 1))
         else:
             response = flask.make_response(function(*args, **kwargs))
-        add_headers(response, amount, count)
+        add_headers(response, limit.amount, count)
         return response
 
     return wrapped

@@ -1,4 +1,4 @@
-"""Dashboard sessions and failed sign-in counters, kept in Redis so every worker shares them."""
+"""Dashboard sessions, kept in Redis so every worker shares them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from typing import cast
 import redis
 
 SESSION_KEY = "ldp:dashboard:session:{sid}"
-FAILURES_KEY = "ldp:ratelimit-authfail:{client}:{window}"
 
 
 class SessionStore:
@@ -26,22 +25,3 @@ class SessionStore:
 
     def close(self, sid: str) -> None:
         self._connection.delete(SESSION_KEY.format(sid=sid))
-
-
-class FailureCounter:
-    """Failed authentication attempts per client address in fixed windows."""
-
-    def __init__(self, connection: redis.Redis) -> None:
-        self._connection = connection
-
-    def count(self, client: str, window: int) -> int:
-        """Failures counted so far for ``client`` in window number ``window``."""
-        return int(self._connection.get(FAILURES_KEY.format(client=client, window=window)) or 0)
-
-    def add(self, client: str, window: int, window_s: int) -> int:
-        """Count one more failure; the count so far in this window, this one included."""
-        key = FAILURES_KEY.format(client=client, window=window)
-        with self._connection.pipeline(transaction=True) as pipe:
-            pipe.incr(key)
-            pipe.expire(key, window_s)
-            return int(pipe.execute()[0])

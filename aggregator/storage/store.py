@@ -25,7 +25,7 @@ import redis
 
 from aggregator.storage.errors import is_out_of_memory
 from aggregator.storage.locks import Lock
-from aggregator.storage.sessions import FailureCounter, SessionStore
+from aggregator.storage.sessions import SessionStore
 from shared.errors import LDPError
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
@@ -256,7 +256,6 @@ class CampaignStore:
         self._parsed: OrderedDict[str, tuple[CampaignSpec, Mechanism]] = OrderedDict()
         self._known: OrderedDict[str, Campaign] = OrderedDict()
         self.sessions = SessionStore(connection)
-        self.auth_failures = FailureCounter(connection)
 
     def ping(self) -> None:
         """Raise ``redis.RedisError`` unless the server answers."""
@@ -512,6 +511,14 @@ class CampaignStore:
         )
         hits, ttl_s = self._count_request(keys=[key], args=[limit.window_s])
         return WindowCount(int(hits), int(ttl_s))
+
+    def requests_counted(self, view: str, limit: RateLimit, *, now: float | None = None) -> int:
+        """What :meth:`count_request` has counted so far in this window (a read only)."""
+        moment = time.time() if now is None else now
+        key = self.REQUEST_RATE_KEY.format(
+            view=view, client=limit.client, window=int(moment // limit.window_s)
+        )
+        return int(self.connection.get(key) or 0)
 
     def _window(
         self, template: str, campaign_id: str, limit: RateLimit | ReportBudget | None, moment: float
