@@ -34,6 +34,8 @@ MAX_PORT = 65535 - 10000
 START_TIMEOUT_S = 20.0
 # How long a master may be unreachable before its replica is promoted (failover time).
 NODE_TIMEOUT_MS = 2000
+# The aggregator sizes its deduplication buckets to this (it reads the node's setting).
+INTSET_MAX_ENTRIES = 4096
 
 
 def binary(name: str) -> str:
@@ -57,6 +59,8 @@ def node_config(port: int, node_dir: Path) -> str:
             f"cluster-node-timeout {NODE_TIMEOUT_MS}",
             "appendonly yes",
             "appendfsync everysec",
+            # Deduplication buckets stay in the compact integer-set encoding up to this size.
+            f"set-max-intset-entries {INTSET_MAX_ENTRIES}",
             f"logfile {node_dir / 'redis.log'}",
             f"pidfile {node_dir / 'redis.pid'}",
             "",

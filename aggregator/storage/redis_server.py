@@ -43,6 +43,7 @@ FSYNC_POLICIES = ("always", "everysec", "no")
 # loses reports already acknowledged; see docs/aggregator.md and BENCHMARKS.md for the cost.
 DEFAULT_FSYNC = "always"
 START_TIMEOUT_S = 10.0
+INTSET_MAX_ENTRIES = 4096
 SOCKET_NAME = "redis.sock"
 PID_NAME = "redis.pid"
 LOCK_NAME = "redis.lock"
@@ -443,6 +444,9 @@ class EmbeddedRedis:
             "maxmemory": str(self.maxmemory),
             # Reports, counts and dedupe keys must never be dropped to make room.
             "maxmemory-policy": "noeviction",
+            # Deduplication buckets (sets of 64-bit id hashes) stay in the compact integer-set
+            # encoding, 8 bytes a member, up to this many members.
+            "set-max-intset-entries": str(INTSET_MAX_ENTRIES),
         }
         # Redis config values are quoted so that paths with spaces survive.
         return "".join(f'{key} "{value}"\n' for key, value in lines.items())
