@@ -1,7 +1,7 @@
 """What an app keeps in ``app.extensions``: its settings and its store handle.
 
-Reached through :func:`current_settings`, :func:`get_store`, :func:`get_capacity`
-and :func:`get_channels`.
+Reached through :func:`current_settings`, :func:`get_store`, :func:`get_capacity`,
+:func:`get_channels` and :func:`get_redis_client`.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ class StoreHandle:
         self._lock = threading.Lock()
         self._store: CampaignStore | None = None
         self._capacity: CapacityGuard | None = None
+        self._client: redis.Redis | None = None
         self.embedded: EmbeddedRedis | None = None
         self.channels = ChannelCache()
 
@@ -49,6 +50,7 @@ class StoreHandle:
                 if self.embedded is not None:
                     atexit.register(self.embedded.stop)
                 connection = redis.Redis.from_url(url, health_check_interval=30)
+                self._client = connection
                 self._store = CampaignStore(
                     connection,
                     report_id_ttl_s=settings.report_id_ttl_s,
@@ -66,6 +68,12 @@ class StoreHandle:
         self.get()
         assert self._capacity is not None
         return self._capacity
+
+    def client(self) -> redis.Redis:
+        """The Redis client the store uses (opens the store if needed), for the metrics' scrape."""
+        self.get()
+        assert self._client is not None
+        return self._client
 
 
 def current_settings() -> Settings:
@@ -86,3 +94,8 @@ def get_capacity() -> CapacityGuard:
 def get_channels() -> ChannelCache:
     """The current app's per-process cache of channel operators."""
     return flask.current_app.extensions[EXTENSION].channels
+
+
+def get_redis_client() -> redis.Redis:
+    """The current app's Redis client, for reading each node's state (``/metrics``)."""
+    return flask.current_app.extensions[EXTENSION].client()
