@@ -92,15 +92,14 @@ def test_a_scrape_counts_accepted_reports_duplicates_refusals_and_estimates(
         ({"REPORT_BUDGET": "1 per hour"}, 1, "report_budget_exceeded", 429),
         ({"CAMPAIGN_MAX_REPORTS": 1}, 1, "campaign_full", 507),
         ({"STORAGE_HIGH_WATER": 1e-9, "STORAGE_CHECK_INTERVAL_S": 0}, 0, "storage_full", 507),
+        ({"MAX_CONTENT_LENGTH": 10}, 0, "too_large", 413),
     ],
 )
-def test_each_limit_is_counted_under_its_own_reason(config, setting, reports, reason, status):
+def test_each_limit_is_counted_under_its_own_reason(
+    config, krr_campaign, setting, reports, reason, status
+):
     """The first submission passes where the limit allows one report (``reports``)."""
     client = create_app({**config, **setting}).test_client()
-    created = client.post(
-        "/api/v1/campaigns", json=KRR_SPEC, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
-    )
-    assert created.status_code == 201
     if reports:
         assert client.post(URL, json={"report_id": new_id(), "value": "apple"}).status_code == 200
     refused = client.post(URL, json={"reports": [{"report_id": new_id(), "value": "apple"}] * 2})
