@@ -1,7 +1,7 @@
 """What an app keeps in ``app.extensions``: its settings and its store handle.
 
-Reached through :func:`current_settings`, :func:`get_store`, :func:`get_capacity`
-and :func:`get_channels`.
+Reached through :func:`current_settings`, :func:`get_store`, :func:`get_capacity`,
+:func:`get_channels` and :func:`get_redis_client`.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class StoreHandle:
         self._lock = threading.Lock()
         self._store: CampaignStore | None = None
         self._capacity: CapacityGuard | None = None
+        self._client: Connection | None = None
         self.embedded: EmbeddedRedis | None = None
         self.channels = ChannelCache()
 
@@ -74,6 +75,7 @@ class StoreHandle:
                 if self.embedded is not None:
                     atexit.register(self.embedded.stop)
                 self._store, connection = open_store(url, settings)
+                self._client = connection
                 self._capacity = CapacityGuard(
                     connection,
                     high_water=settings.storage_high_water,
@@ -86,6 +88,12 @@ class StoreHandle:
         self.get()
         assert self._capacity is not None
         return self._capacity
+
+    def client(self) -> Connection:
+        """The Redis client the store uses (opens the store if needed), for the metrics' scrape."""
+        self.get()
+        assert self._client is not None
+        return self._client
 
 
 def current_settings() -> Settings:
@@ -106,3 +114,8 @@ def get_capacity() -> CapacityGuard:
 def get_channels() -> ChannelCache:
     """The current app's per-process cache of channel operators."""
     return flask.current_app.extensions[EXTENSION].channels
+
+
+def get_redis_client() -> Connection:
+    """The current app's Redis client, for reading each node's state (``/metrics``)."""
+    return flask.current_app.extensions[EXTENSION].client()

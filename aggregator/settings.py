@@ -275,6 +275,12 @@ class Settings:
         None,
         "bearer token of the analyst role (the admin token also works), at least 32 characters",
     )
+    metrics_token: str | None = setting(
+        TOKEN,
+        None,
+        "bearer token `GET /metrics` asks of a scraper, at least 32 characters (unset: the "
+        "metrics are open, like `/api/v1/health`)",
+    )
     allow_weak_tokens: bool = setting(
         FLAG,
         False,
@@ -385,7 +391,7 @@ class Settings:
         RATE_LIMIT,
         DEFAULT_PUBLIC_LIMIT,
         "requests per client address to each public endpoint (health, campaign list and "
-        "spec, OpenAPI document)",
+        "spec, OpenAPI document, metrics)",
     )
     ratelimit_login: str = setting(
         RATE_LIMIT, DEFAULT_LOGIN_LIMIT, "dashboard sign-in form posts per client address"
@@ -463,7 +469,7 @@ class Settings:
             except _Bad:
                 raise _refusal(field, raw) from None
             object.__setattr__(self, field.name, value)
-        for name in auth.TOKEN_SETTINGS:
+        for name in auth.STRONG_TOKEN_SETTINGS:
             try:
                 auth.check_token_strength(
                     {"ALLOW_WEAK_TOKENS": self.allow_weak_tokens, name: getattr(self, name.lower())}

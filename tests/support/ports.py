@@ -10,3 +10,17 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def free_port_run(count: int) -> int:
+    """The first of ``count`` consecutive free ports whose cluster bus ports (+10000) are free too."""
+    for base in range(21000, 45000, 97):
+        ports = [*range(base, base + count), *range(base + 10000, base + 10000 + count)]
+        try:
+            for port in ports:
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no run of free ports")
