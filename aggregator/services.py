@@ -11,6 +11,7 @@ import threading
 from typing import TYPE_CHECKING
 
 import flask
+import redis
 
 from aggregator.http.estimates import ChannelCache
 from aggregator.storage.capacity import CapacityGuard
@@ -59,6 +60,7 @@ class StoreHandle:
         self._store: CampaignStore | None = None
         self._capacity: CapacityGuard | None = None
         self._client: Connection | None = None
+        self._url: str | None = None
         self.embedded: EmbeddedRedis | None = None
         self.channels = ChannelCache()
 
@@ -74,6 +76,7 @@ class StoreHandle:
                 )
                 if self.embedded is not None:
                     atexit.register(self.embedded.stop)
+                self._url = url
                 self._store, connection = open_store(url, settings)
                 self._client = connection
                 self._capacity = CapacityGuard(
@@ -90,8 +93,17 @@ class StoreHandle:
         return self._capacity
 
     def client(self) -> Connection:
-        """The Redis client the store uses (opens the store if needed), for the metrics' scrape."""
-        self.get()
+        """The Redis client the store uses (opens the store if needed), for the metrics' scrape.
+
+        If the store cannot be opened because its server does not answer, a client of
+        that server's URL, so that the scrape can show it down.
+        """
+        try:
+            self.get()
+        except redis.RedisError:
+            if self._url is None:
+                raise
+            return redis.Redis.from_url(self._url)
         assert self._client is not None
         return self._client
 

@@ -562,11 +562,14 @@ class CampaignStore:
             reserved = 0
         accepted = 0
         try:
-            replies = self.writer.run([self._as_store(call) for call in calls.values()])
-            for items, reply in zip(groups.values(), replies, strict=True):
-                status, stored, _, index = (int(part) for part in reply)
+            replies = [
+                [int(part) for part in reply]
+                for reply in self.writer.run([self._as_store(call) for call in calls.values()])
+            ]
+            # Shards that stored count even if another refused (a close racing the batch).
+            accepted = sum(reply[1] for reply in replies)
+            for items, (status, _, _, index) in zip(groups.values(), replies, strict=True):
                 self._raise_for(status, campaign_id, items, index)
-                accepted += stored
         finally:
             if reserved > accepted:
                 self._give_back(admission, reserved - accepted)
