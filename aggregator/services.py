@@ -15,7 +15,7 @@ import redis
 
 from aggregator.http.estimates import ChannelCache
 from aggregator.storage.capacity import CapacityGuard
-from aggregator.storage.cluster import Connection, default_ack_replicas, open_connection
+from aggregator.storage.cluster import Connection, open_connection
 from aggregator.storage.migrate import migrate_campaigns
 from aggregator.storage.redis_server import EmbeddedRedis, connect_url
 from aggregator.storage.store import CampaignStore
@@ -34,9 +34,6 @@ def open_store(url: str, settings: Settings) -> tuple[CampaignStore, Connection]
     (:func:`aggregator.storage.migrate.migrate_campaigns`).
     """
     connection = open_connection(url, health_check_interval=30)
-    ack_replicas = settings.ack_replicas
-    if ack_replicas is None:
-        ack_replicas = default_ack_replicas(connection)
     store = CampaignStore(
         connection,
         report_id_ttl_s=settings.report_id_ttl_s,
@@ -44,7 +41,7 @@ def open_store(url: str, settings: Settings) -> tuple[CampaignStore, Connection]
         raw_reports=settings.raw_reports,
         shards=settings.shards,
         max_reports=settings.campaign_max_reports,
-        ack_replicas=ack_replicas,
+        ack_replicas=settings.ack_replicas,
         ack_timeout_ms=settings.ack_timeout_ms,
     )
     migrate_campaigns(store)

@@ -361,8 +361,9 @@ class Settings:
     ack_replicas: int | None = setting(
         Kind("whole number or unset", "a whole number >= 0 or unset", _whole(0), optional=True),
         None,
-        "replicas a report must have reached (`WAIT`) before it is acknowledged (unset: 1 on "
-        "a Redis Cluster whose masters all have a replica, else 0)",
+        "replicas a report must have reached (`WAIT`) before it is acknowledged; a number is "
+        "waited for whatever happens (503 while a master lacks them); unset: 1 on a Redis "
+        "Cluster, or as many as the master has while it has fewer, and 0 on one server",
     )
     ack_timeout_ms: int = setting(
         POSITIVE_WHOLE,
