@@ -349,8 +349,8 @@ class Settings:
         Kind("choice", "one of off, keep", _choice(RAW_REPORTS_MODES)),
         RAW_REPORTS_OFF,
         "`keep`: keep every accepted raw report in Redis (for export; bounded by "
-        "`LDP_RETENTION_DAYS`), besides its count; `off`: keep counts only (about 10 bytes "
-        "a report instead of about 70)",
+        "`LDP_RETENTION_DAYS`), besides its count; `off`: keep counts only (about 9 bytes "
+        "a report instead of about 80)",
     )
     shards: int = setting(
         Kind("whole number", f"a whole number from 1 to {MAX_SHARDS}", _whole(1, MAX_SHARDS)),
