@@ -411,8 +411,9 @@ class CampaignStore:
             raise CampaignNotFound(f"no campaign {campaign_id!r}", campaign_id=campaign_id)
         if version is None or shards is None or buckets is None or window_s is None:
             raise LayoutOutdated(
-                f"campaign {campaign_id!r} is stored in an older layout: run "
-                "`ldp-aggregator migrate` (serve does it on start)",
+                f"campaign {campaign_id!r} is stored in an older layout and has not been "
+                "migrated yet: `ldp-aggregator serve` (and every other command) migrates "
+                "campaigns when it opens the store",
                 campaign_id=campaign_id,
                 retry_after_s=60,
             )
