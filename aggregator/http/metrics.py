@@ -35,12 +35,12 @@ import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, values
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
-from redis.cluster import RedisCluster
 
 from aggregator.estimation.compute import METHODS
 from aggregator.http.auth import bearer_token
 from aggregator.http.errors import APIError, answer_code
 from aggregator.services import current_settings, get_redis_client
+from aggregator.storage.cluster import Connection, node_clients
 from aggregator.storage.store import IngestResult
 from shared.errors import ValidationError
 
@@ -166,7 +166,7 @@ class Metrics:
         """Count a Redis error that failed a request, under the node it names."""
         self.redis_errors.labels(node_of_error(error)).inc()
 
-    def exposition(self, client: redis.Redis | RedisCluster | None, high_water: float) -> bytes:
+    def exposition(self, client: Connection | None, high_water: float) -> bytes:
         """The text a scrape answers: the counts (of every worker) and each node's state."""
         scrape = CollectorRegistry()
         if self.multiprocess_dir is not None:
@@ -223,25 +223,10 @@ def node_of_error(error: redis.RedisError) -> str:
     return UNKNOWN_NODE
 
 
-def node_name(client: redis.Redis) -> str:
-    """A single Redis's label: ``host:port``, or its socket's path."""
-    kwargs = client.connection_pool.connection_kwargs
-    if kwargs.get("path"):
-        return str(kwargs["path"])
-    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
-
-
-def redis_nodes(client: redis.Redis | RedisCluster) -> list[tuple[str, redis.Redis | None]]:
-    """Each node of the store as (label, its client): every node of a cluster, or the one."""
-    if isinstance(client, RedisCluster):
-        return [(node.name, client.get_redis_connection(node)) for node in client.get_nodes()]
-    return [(node_name(client), client)]
-
-
 class RedisNodeCollector:
     """Reads every Redis node's state when scraped (``INFO memory``, one call a node)."""
 
-    def __init__(self, client: redis.Redis | RedisCluster, high_water: float) -> None:
+    def __init__(self, client: Connection, high_water: float) -> None:
         self.client = client
         self.high_water = high_water
 
@@ -263,7 +248,7 @@ class RedisNodeCollector:
             "node with a maxmemory.",
             labels=["node"],
         )
-        for node, client in redis_nodes(self.client):
+        for node, client in node_clients(self.client, masters_only=False):
             if client is None:
                 up.add_metric([node], 0)
                 continue

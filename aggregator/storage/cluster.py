@@ -72,16 +72,22 @@ def is_cluster(connection: Connection) -> bool:
     return isinstance(connection, RedisCluster)
 
 
-def node_clients(connection: Connection) -> list[tuple[str, redis.Redis]]:
-    """(``host:port``, client) of each master: the cluster's, or the one server."""
+def node_clients(
+    connection: Connection, *, masters_only: bool = True
+) -> list[tuple[str, redis.Redis]]:
+    """(``host:port`` or socket path, client) of each master (or node) of a cluster, or the one."""
     if isinstance(connection, RedisCluster):
-        return [
-            (node.name, connection.get_redis_connection(node))
-            for node in connection.get_primaries()
-        ]
+        nodes = connection.get_primaries() if masters_only else connection.get_nodes()
+        return [(node.name, connection.get_redis_connection(node)) for node in nodes]
+    return [(node_name(connection), connection)]
+
+
+def node_name(connection: redis.Redis) -> str:
+    """``host:port`` of a server's client, or its unix socket's path."""
     kwargs = connection.connection_pool.connection_kwargs
-    name = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
-    return [(str(name), connection)]
+    if kwargs.get("path"):
+        return str(kwargs["path"])
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
 
 def config_value(connection: Connection, name: str) -> str | None:

@@ -12,8 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.ports import free_port
 
 from aggregator.app import create_app
-from aggregator.http.metrics import Metrics, RedisNodeCollector, node_name, node_of_error
+from aggregator.http.metrics import Metrics, RedisNodeCollector, node_of_error
 from aggregator.settings import Settings, SettingsError
+from aggregator.storage.cluster import node_name
 
 URL = "/api/v1/campaigns/fruit/reports"
 DOC = Path(__file__).resolve().parents[2] / "docs" / "aggregator.md"
