@@ -238,7 +238,12 @@ class NodeWriter:
                 pipe.execute_command("WAIT", replicas, self.ack_timeout_ms)
             results = pipe.execute(raise_on_error=False)
             if replicas:
-                reached = min(reached, int(results.pop()))
+                waited = results.pop()
+                if isinstance(waited, Exception):
+                    # A node that is a replica now (an old master back after a failover)
+                    # refuses WAIT: read the map again and write to the new master.
+                    raise ReadOnlyError(f"WAIT refused: {waited}")
+                reached = min(reached, int(waited))
             for index, result in zip(todo, results, strict=True):
                 replies[index] = result
             todo = [index for index in todo if isinstance(replies[index], NoScriptError)]

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+import redis
 from aggregator_testdata import KRR_SPEC, PLANAR_SPEC, new_id
 from redis.crc import key_slot
 
@@ -254,3 +255,24 @@ def test_the_report_endpoint_answers_503_with_retry_after_when_replicas_do_not_c
     assert response.status_code == 503
     assert response.get_json()["error"]["code"] == "storage_unavailable"
     assert int(response.headers["Retry-After"]) > 0
+
+
+def test_a_node_that_refuses_wait_is_retried_not_a_server_error(store, monkeypatch):
+    """A replica (an old master back after a failover) answers WAIT with an error."""
+    from aggregator.storage import cluster
+
+    writer = cluster.NodeWriter(
+        store.connection, ack_replicas=1, retry_for_s=0.3, sleep=lambda s: None
+    )
+    original = redis.client.Pipeline.execute
+
+    def as_a_replica(self, raise_on_error=True):
+        results = original(self, raise_on_error=raise_on_error)
+        if results and results[-1] == 0:
+            results[-1] = redis.ResponseError("ERR WAIT cannot be used with replica instances")
+        return results
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", as_a_replica)
+    script = store.connection.register_script("return redis.call('INCR', KEYS[1])")
+    with pytest.raises(redis.exceptions.ReadOnlyError, match="WAIT refused"):
+        writer.run([cluster.Call(script, ["k"], [])])
