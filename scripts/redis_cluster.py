@@ -107,11 +107,14 @@ def start(root: Path, port: int, masters: int, replicas: int) -> None:
         config.write_text(node_config(node_port, node_dir))
         connection = redis.Redis(port=node_port)
         try:
-            connection.ping()
+            running_in = connection.config_get("dir").get("dir")
+        except redis.ConnectionError:
+            running_in = None
+        if running_in is not None:
+            if Path(running_in).resolve() != node_dir:
+                sys.exit(f"port {node_port} is taken by a Redis that is not this cluster's node")
             print(f"node {node_port} is already running")
             continue
-        except redis.ConnectionError:
-            pass
         # A session of its own: the node outlives this script and its terminal's Ctrl-C.
         subprocess.Popen(
             [binary("redis-server"), str(config)],
