@@ -272,6 +272,7 @@ class Traffic:
 
     clients: int = 16
     single_share: float = 0.2  # share of submissions that carry one report
+    min_batch: int = 2
     max_batch: int = 100
     retry_share: float = 0.01  # share of reports sent again, to the other server
     give_up_s: float = 300.0
@@ -279,12 +280,16 @@ class Traffic:
 
 
 def submissions(reports: list[dict[str, str]], traffic: Traffic) -> list[list[dict[str, str]]]:
-    """The reports in submissions: singles (``single_share`` of them) and batches of 2..max."""
+    """The reports in submissions: singles (``single_share`` of them) and batches of min..max."""
     cutter = random.Random(traffic.seed + 1)
     cut: list[list[dict[str, str]]] = []
     position = 0
     while position < len(reports):
-        size = 1 if cutter.random() < traffic.single_share else cutter.randint(2, traffic.max_batch)
+        size = (
+            1
+            if cutter.random() < traffic.single_share
+            else cutter.randint(traffic.min_batch, traffic.max_batch)
+        )
         cut.append(reports[position : position + size])
         position += size
     return cut
@@ -296,13 +301,15 @@ def send_all(
     reports: list[dict[str, str]],
     traffic: Traffic,
     progress: Counter | None = None,
+    gate: threading.Event | None = None,
 ) -> list[Delivery]:
     """Send every report from ``traffic.clients`` threads until each is acknowledged.
 
     Thread ``i`` sends to server ``i % len(server_urls)``; after an acknowledgement a
     ``retry_share`` of the reports (chosen at random, seeded) is sent again, alone or
     with the others of its submission, to the next server: the answer must call them
-    duplicates. ``progress["acknowledged"]`` counts acknowledged reports as they come.
+    duplicates. ``progress["acknowledged"]`` counts acknowledged reports as they come;
+    while ``gate`` is cleared no thread starts a new submission.
     """
     work: queue.Queue[list[dict[str, str]]] = queue.Queue()
     for submission in submissions(reports, traffic):
@@ -319,6 +326,8 @@ def send_all(
         urls = [f"{url}/api/v1/campaigns/{campaign_id}/reports" for url in server_urls]
         with requests.Session() as session:
             while True:
+                if gate is not None:
+                    gate.wait()
                 try:
                     submission = work.get_nowait()
                 except queue.Empty:
@@ -407,11 +416,14 @@ def masters(connection: redis.Redis) -> list[tuple[str, int]]:
     return sorted(set(slot_owners(connection).values()))
 
 
-def node(address: tuple[str, int]) -> redis.Redis:
+def node(address: tuple[str, int] | str) -> redis.Redis:
+    """A plain connection to one node: (host, port), or a URL (a single server's)."""
+    if isinstance(address, str):
+        return redis.Redis.from_url(address, socket_timeout=5)
     return redis.Redis(host=address[0], port=address[1], socket_timeout=5)
 
 
-def campaign_keys(address: tuple[str, int], campaign_id: str) -> list[bytes]:
+def campaign_keys(address: tuple[str, int] | str, campaign_id: str) -> list[bytes]:
     """The campaign's keys stored on one node (its shards' and its own hash tags)."""
     connection = node(address)
     try:
@@ -423,7 +435,7 @@ def campaign_keys(address: tuple[str, int], campaign_id: str) -> list[bytes]:
         connection.close()
 
 
-def command_calls(addresses: Sequence[tuple[str, int]]) -> Counter:
+def command_calls(addresses: Sequence[tuple[str, int] | str]) -> Counter:
     """Calls per command summed over ``addresses`` (``INFO commandstats``)."""
     calls: Counter = Counter()
     for address in addresses:

@@ -203,8 +203,12 @@ def kill_and_recover(
     failover: Failover,
     *,
     when: threading.Event,
+    killed: threading.Event,
 ) -> None:
-    """Once ``when`` is set, ``kill -9`` the master of most shards, await failover, restart it."""
+    """Once ``when`` is set, ``kill -9`` the master of most shards, await failover, restart it.
+
+    ``killed`` is set as soon as the master is dead (or the attempt failed).
+    """
     seed_node = redis.Redis.from_url(cluster_url, socket_timeout=5)
     placed = clusterlib.shard_masters(seed_node, CAMPAIGN, shards)
     every_master = clusterlib.masters(seed_node)
@@ -219,8 +223,11 @@ def kill_and_recover(
     pid, config_file = int(server_info["process_id"]), server_info["config_file"]
     survivors = [m for m in every_master if m != victim]
     when.wait()
-    os.kill(pid, signal.SIGKILL)
-    failover.killed_at = time.monotonic()
+    try:
+        os.kill(pid, signal.SIGKILL)
+        failover.killed_at = time.monotonic()
+    finally:
+        killed.set()
     witness = clusterlib.node(survivors[0])
     victim_slots = [
         int(witness.execute_command("CLUSTER KEYSLOT", clusterlib.shard_key(CAMPAIGN, shard)))
@@ -347,21 +354,30 @@ def run(config: DrillConfig, workdir: Path | None = None) -> DrillFigures:
                     clients=config.clients, retry_share=config.retry_share, seed=config.seed
                 )
                 progress: Counter = Counter()
-                kill_now = threading.Event()
+                kill_now, killed, gate = threading.Event(), threading.Event(), threading.Event()
+                gate.set()
                 errors: list[BaseException] = []
 
                 def faults() -> None:
                     try:
-                        kill_and_recover(url, config.shards, figures.failover, when=kill_now)
+                        kill_and_recover(
+                            url, config.shards, figures.failover, when=kill_now, killed=killed
+                        )
                     except BaseException as exc:  # reported with the figures
                         errors.append(exc)
+                        killed.set()
 
                 def watch() -> None:
+                    # The kill comes while reports are still to send: no new submission
+                    # starts between reaching the mark and the kill.
                     while progress["acknowledged"] < config.kill_at * config.reports:
                         if sending_done.is_set():
                             break
-                        time.sleep(0.01)
+                        time.sleep(0.002)
+                    gate.clear()
                     kill_now.set()
+                    killed.wait()
+                    gate.set()
 
                 sending_done = threading.Event()
                 fault_thread = threading.Thread(target=faults)
@@ -370,7 +386,7 @@ def run(config: DrillConfig, workdir: Path | None = None) -> DrillFigures:
                 watcher.start()
                 try:
                     deliveries = clusterlib.send_all(
-                        server_urls, CAMPAIGN, reports, traffic, progress
+                        server_urls, CAMPAIGN, reports, traffic, progress, gate
                     )
                 finally:
                     sending_done.set()
