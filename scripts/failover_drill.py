@@ -55,7 +55,7 @@ import requests  # noqa: E402
 
 from scripts import clusterlib  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
-from scripts.redis_cluster import binary  # noqa: E402
+from scripts.redis_cluster import binary, wait_until  # noqa: E402
 
 CAMPAIGN = "drill"
 LATENCY_CAMPAIGN = "drill-latency"
@@ -184,19 +184,6 @@ def address_text(address: tuple[str, int]) -> str:
     return f"{address[0]}:{address[1]}"
 
 
-def wait_for(check, what: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if check():
-                return
-        except redis.RedisError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def kill_and_recover(
     cluster_url: str,
     shards: int,
@@ -240,7 +227,7 @@ def kill_and_recover(
         owners = clusterlib.slot_owners(witness)
         return all(owners[s] != victim for s in victim_slots)
 
-    wait_for(promoted, f"a replica of {failover.victim} to be promoted", FAILOVER_TIMEOUT_S)
+    wait_until(promoted, f"a replica of {failover.victim} to be promoted", FAILOVER_TIMEOUT_S)
     failover.promoted_at = time.monotonic()
     new_master = clusterlib.slot_owners(witness)[victim_slots[0]]
     witness.close()
@@ -251,7 +238,7 @@ def kill_and_recover(
     def replica_back() -> bool:
         return int(successor.info("replication")["connected_slaves"]) >= 1
 
-    wait_for(replica_back, f"{failover.victim} to rejoin as a replica", REJOIN_TIMEOUT_S)
+    wait_until(replica_back, f"{failover.victim} to rejoin as a replica", REJOIN_TIMEOUT_S)
     failover.replica_back_at = time.monotonic()
     successor.close()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,22 +9,12 @@ from pathlib import Path
 import pytest
 from redis.cluster import RedisCluster
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from scripts.clusterlib import free_port_run as free_run
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "redis_cluster.py"
 NODES = 6
-
-
-def free_run(count: int) -> int:
-    """The first of ``count`` consecutive free ports whose bus ports (+10000) are free too."""
-    for base in range(21000, 45000, 97):
-        ports = [*range(base, base + count), *range(base + 10000, base + 10000 + count)]
-        try:
-            for port in ports:
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no run of free ports")
 
 
 def cluster(*args: str) -> str:
