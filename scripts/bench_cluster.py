@@ -282,6 +282,12 @@ def markdown(stores: list[StoreFigures], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def cores(amount: float) -> str:
+    """``amount`` worker cores, rounded up, in words."""
+    whole = max(1, math.ceil(amount))
+    return f"{whole} worker core{'s' if whole > 1 else ''} ({amount:.2f} busy)"
+
+
 def capacity_model(cluster: StoreFigures, bytes_per_report: float, source: str) -> str:
     """Nodes, memory and reports/s for 10^9 reports, from the measured per-report costs."""
     data_gb = REPORTS_TARGET * bytes_per_report / 1e9
@@ -305,9 +311,9 @@ def capacity_model(cluster: StoreFigures, bytes_per_report: float, source: str) 
             f"each); {masters} masters: about {masters * redis_core_rate:,.0f} reports/s.",
             f"- aggregator: {cluster.per_report(cluster.aggregator_cpu_s) * 1e6:.1f} µs of CPU "
             f"per report, about {aggregator_core_rate:,.0f} reports/s per worker core; "
-            f"10^9 reports in a day (11,574 reports/s on average) need about "
-            f"{math.ceil(REPORTS_TARGET / 86400 / aggregator_core_rate)} worker cores, in a "
-            f"week {math.ceil(REPORTS_TARGET / 7 / 86400 / aggregator_core_rate)}.",
+            f"10^9 reports in a day (11,574 reports/s on average) need "
+            f"{cores(REPORTS_TARGET / 86400 / aggregator_core_rate)}, in a week "
+            f"{cores(REPORTS_TARGET / 7 / 86400 / aggregator_core_rate)}.",
             "- Per-report CPU was measured with every process on 2 shared cores; on dedicated "
             "hosts it is lower, so these counts are upper bounds. Single reports cost the "
             "aggregator several times a batched report's CPU (BENCHMARKS.md, ingest).",
