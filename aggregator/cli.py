@@ -22,6 +22,7 @@ import redis
 
 from aggregator.http import estimates, export
 from aggregator.http.enrollment import new_token
+from aggregator.services import open_store
 from aggregator.settings import Settings, SettingsError
 from aggregator.storage.redis_server import (
     DEFAULT_DATA_DIR,
@@ -105,8 +106,9 @@ class StoreOpener:
         return self._url
 
     def store(self) -> CampaignStore:
+        """The store as the environment's settings (``LDP_SHARDS``, ...) say."""
         if self._store is None:
-            self._store = CampaignStore(redis.Redis.from_url(self.url()))
+            self._store, _ = open_store(self.url(), read_settings())
         return self._store
 
     def close(self) -> None:
@@ -271,6 +273,8 @@ def serve(
             lock.release()
         raise click.ClickException(str(exc)) from exc
     _warn_if_not_durable(url)
+    # Campaigns of an earlier version are migrated once here, before any worker starts.
+    open_store(url, settings)[0].close()
     # Every worker builds its app from these settings, with the URL of the Redis just opened.
     app_factory = functools.partial(create_app, settings.replace(redis_url=url))
     control = str(lock.data_dir / CONTROL) if lock is not None else None
@@ -527,6 +531,12 @@ def export_command(
     store = opener.store()
     campaign = store.get_campaign(campaign_id)
     if data == "reports":
+        if not store.keeps_raw_reports and not store.has_raw_reports(campaign_id):
+            raise click.ClickException(
+                f"campaign {campaign_id!r} has no raw reports: the store keeps counts only "
+                "(LDP_RAW_REPORTS=off); export --data counts, or set LDP_RAW_REPORTS=keep to "
+                "keep the reports that arrive from now on"
+            )
         count = _export_reports(store, campaign, output_format, output)
         if output is not sys.stdout:
             click.echo(f"{count} reports written to {output.name}", err=True)

@@ -11,10 +11,11 @@ import threading
 from typing import TYPE_CHECKING
 
 import flask
-import redis
 
 from aggregator.http.estimates import ChannelCache
 from aggregator.storage.capacity import CapacityGuard
+from aggregator.storage.cluster import Connection, default_ack_replicas, open_connection
+from aggregator.storage.migrate import migrate_campaigns
 from aggregator.storage.redis_server import EmbeddedRedis, connect_url
 from aggregator.storage.store import CampaignStore
 
@@ -23,6 +24,30 @@ if TYPE_CHECKING:
 
 EXTENSION = "ldp"
 SETTINGS_EXTENSION = "ldp_settings"
+
+
+def open_store(url: str, settings: Settings) -> tuple[CampaignStore, Connection]:
+    """The store at ``url`` (one Redis or a cluster) as ``settings`` say, and its connection.
+
+    Campaigns stored by an earlier version are moved to the current layout first
+    (:func:`aggregator.storage.migrate.migrate_campaigns`).
+    """
+    connection = open_connection(url, health_check_interval=30)
+    ack_replicas = settings.ack_replicas
+    if ack_replicas is None:
+        ack_replicas = default_ack_replicas(connection)
+    store = CampaignStore(
+        connection,
+        report_id_ttl_s=settings.report_id_ttl_s,
+        retention_s=settings.retention_s,
+        raw_reports=settings.raw_reports,
+        shards=settings.shards,
+        max_reports=settings.campaign_max_reports,
+        ack_replicas=ack_replicas,
+        ack_timeout_ms=settings.ack_timeout_ms,
+    )
+    migrate_campaigns(store)
+    return store, connection
 
 
 class StoreHandle:
@@ -48,12 +73,7 @@ class StoreHandle:
                 )
                 if self.embedded is not None:
                     atexit.register(self.embedded.stop)
-                connection = redis.Redis.from_url(url, health_check_interval=30)
-                self._store = CampaignStore(
-                    connection,
-                    report_id_ttl_s=settings.report_id_ttl_s,
-                    retention_s=settings.retention_s,
-                )
+                self._store, connection = open_store(url, settings)
                 self._capacity = CapacityGuard(
                     connection,
                     high_water=settings.storage_high_water,

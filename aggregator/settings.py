@@ -32,6 +32,7 @@ from aggregator.http.estimates import DEFAULT_MAX_WORK, DEFAULT_TIMEOUT_S
 from aggregator.http.ratelimits import DEFAULT_LOGIN_LIMIT, DEFAULT_PUBLIC_LIMIT, parse_limit
 from aggregator.http.reports import DEFAULT_MAX_BATCH, DEFAULT_REPORT_BUDGET
 from aggregator.storage.capacity import DEFAULT_CHECK_INTERVAL_S, DEFAULT_HIGH_WATER
+from aggregator.storage.layout import DEFAULT_SHARDS, MAX_SHARDS
 from aggregator.storage.redis_server import (
     DEFAULT_DATA_DIR,
     DEFAULT_FSYNC,
@@ -39,7 +40,12 @@ from aggregator.storage.redis_server import (
     parse_memory_size,
 )
 from aggregator.storage.retention import DAY_S
-from aggregator.storage.store import DEFAULT_CAMPAIGN_MAX_REPORTS, DEFAULT_REPORT_ID_TTL_S
+from aggregator.storage.store import (
+    DEFAULT_CAMPAIGN_MAX_REPORTS,
+    DEFAULT_REPORT_ID_TTL_S,
+    RAW_REPORTS_MODES,
+    RAW_REPORTS_OFF,
+)
 from shared.schema import is_positive_finite
 
 ENV_PREFIX = "LDP_"
@@ -324,13 +330,38 @@ class Settings:
     report_id_ttl_s: int = setting(
         POSITIVE_WHOLE,
         DEFAULT_REPORT_ID_TTL_S,
-        "seconds a report id is remembered for deduplication (default: 90 days)",
+        "seconds a report id is remembered at least, for deduplication (default: 90 days); "
+        "fixed for a campaign when it is created",
     )
     retention_days: float | None = setting(
         Kind("days", "a finite number of days >= 0", _retention_days, optional=True),
         None,
-        "raw stream entries older than this many days are trimmed on every ingest; counts "
-        "stay (unset or `0`: keep raw reports)",
+        "kept raw reports older than this many days are trimmed on every ingest; counts "
+        "stay (unset or `0`: keep them all)",
+    )
+    raw_reports: str = setting(
+        Kind("choice", "one of off, keep", _choice(RAW_REPORTS_MODES)),
+        RAW_REPORTS_OFF,
+        "`keep`: keep every accepted raw report in Redis (for export; bounded by "
+        "`LDP_RETENTION_DAYS`), besides its count; `off`: keep counts only (about 10 bytes "
+        "a report instead of about 70)",
+    )
+    shards: int = setting(
+        Kind("whole number", f"a whole number from 1 to {MAX_SHARDS}", _whole(1, MAX_SHARDS)),
+        DEFAULT_SHARDS,
+        "shards a new campaign's reports are split into (on a Redis Cluster they spread "
+        "over the masters); fixed when the campaign is created",
+    )
+    ack_replicas: int | None = setting(
+        Kind("whole number or unset", "a whole number >= 0 or unset", _whole(0), optional=True),
+        None,
+        "replicas a report must have reached (`WAIT`) before it is acknowledged (unset: 1 on "
+        "a Redis Cluster whose masters all have a replica, else 0)",
+    )
+    ack_timeout_ms: int = setting(
+        POSITIVE_WHOLE,
+        1000,
+        "milliseconds to wait for those replicas before answering 503 (the client retries)",
     )
     max_batch: int = setting(POSITIVE_WHOLE, DEFAULT_MAX_BATCH, "most reports in one submission")
     max_content_length: int = setting(

@@ -58,6 +58,7 @@ import redis  # noqa: E402
 import requests  # noqa: E402
 
 from aggregator.storage.redis_server import redis_executable  # noqa: E402
+from aggregator.storage.store import CampaignStore  # noqa: E402
 from client import Policy, Reporter, ServerUnavailable  # noqa: E402
 from client.transport import AggregatorAPI  # noqa: E402
 from scripts.benchlib import free_port  # noqa: E402
@@ -220,6 +221,8 @@ class ServerProcess:
             "LDP_RATELIMIT_REPORTS": "10000000 per minute",
             "LDP_RATELIMIT_PUBLIC": "10000000 per minute",
             "LDP_REPORT_BUDGET": "1000000000 per hour",
+            # The raw reports are the audit's evidence that each report is stored once.
+            "LDP_RAW_REPORTS": "keep",
             **(env or {}),
         }
         self.process = subprocess.Popen(
@@ -366,21 +369,15 @@ def _faults(
 
 
 def audit(store: redis.Redis, expected: dict[str, str]) -> tuple[dict, list[str], Counter]:
-    """Read the campaign's stream and counts; return counts, stream ids and the stream's tally."""
-    stream_key = f"ldp:{{c:{CAMPAIGN}}}:reports"
+    """Read the campaign's raw reports and counts; return counts, report ids and their tally."""
+    campaigns = CampaignStore(store)
+    index = {label: i for i, label in enumerate(DOMAIN)}
     ids: list[str] = []
     tally: Counter = Counter()
-    start = "-"
-    while True:
-        entries = store.xrange(stream_key, min=start, max="+", count=10_000)
-        for _entry_id, fields in entries:
-            ids.append(fields[b"report_id"].decode())
-            tally[int(fields[b"y"])] += 1
-        if len(entries) < 10_000:
-            break
-        start = "(" + entries[-1][0].decode()
-    counts = {int(y): int(n) for y, n in store.hgetall(f"ldp:{{c:{CAMPAIGN}}}:counts").items()}
-    return counts, ids, tally
+    for report in campaigns.iter_reports(CAMPAIGN, chunk=10_000):
+        ids.append(report["report_id"])
+        tally[index[report["value"]]] += 1
+    return campaigns.counts(CAMPAIGN), ids, tally
 
 
 def run(config: HarnessConfig, workdir: Path | None = None) -> Figures:
@@ -465,7 +462,7 @@ def run(config: HarnessConfig, workdir: Path | None = None) -> Figures:
         clients_tally = Counter(index[value] for value in expected.values())
         figures.counts_equal_stream = counts == dict(tally)
         figures.counts_equal_clients = counts == dict(clients_tally)
-        n_reports = int(connection.hget(f"ldp:{{c:{CAMPAIGN}}}:campaign", "n_reports") or 0)
+        n_reports = CampaignStore(connection).get_campaign(CAMPAIGN).n_reports
         figures.n_reports_equal_stream = n_reports == len(ids)
         connection.close()
 

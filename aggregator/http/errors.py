@@ -18,6 +18,7 @@ from aggregator.storage.store import (
     CampaignFull,
     CampaignNotFound,
     EnrollmentRefused,
+    LayoutOutdated,
     RateLimited,
     ReportBudgetExceeded,
     SpecChanged,
@@ -28,6 +29,8 @@ from shared.errors import LDPError, ValidationError
 
 # Validation codes that are conflicts with the server's state rather than bad input.
 CONFLICT_CODES = frozenset({"spec_mismatch"})
+# Seconds a client is told to wait when the store could not be reached.
+STORAGE_RETRY_AFTER_S = 2
 _STORE_STATUS = {
     CampaignNotFound: 404,
     CampaignClosed: 409,
@@ -38,6 +41,7 @@ _STORE_STATUS = {
     ReportBudgetExceeded: 429,
     CampaignFull: 507,
     StorageFull: 507,
+    LayoutOutdated: 503,
 }
 _HTTP_CODES = {
     400: "bad_request",
@@ -115,7 +119,12 @@ def _http_error(error: HTTPException) -> flask.Response:
 
 def _redis_error(error: redis.RedisError) -> flask.Response:
     flask.current_app.logger.error("storage unavailable: %s", error)
-    return error_response(503, "storage_unavailable", "the report store is unavailable")
+    response = error_response(
+        503, "storage_unavailable", "the report store is unavailable; retry later"
+    )
+    # A node failing over comes back within seconds (the store retried for a few already).
+    response.headers["Retry-After"] = str(STORAGE_RETRY_AFTER_S)
+    return response
 
 
 def _unexpected(error: Exception) -> flask.Response:

@@ -170,7 +170,6 @@ def submit_reports(campaign_id: str) -> flask.Response:
     rate_limit, report_budget = _report_limits()
     capacity = get_capacity()
     settings = current_settings()
-    max_reports = settings.campaign_max_reports
     for attempt in (1, 2):
         enrollment_required = campaign.spec.enrollment_required
         try:
@@ -189,7 +188,6 @@ def submit_reports(campaign_id: str) -> flask.Response:
                 spec_hash=campaign.spec_hash,
                 rate_limit=rate_limit,
                 report_budget=report_budget,
-                max_reports=max_reports,
             )
             break
         except (CampaignFull, ReportBudgetExceeded) as refusal:

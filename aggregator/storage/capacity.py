@@ -24,6 +24,7 @@ from typing import cast
 
 import redis
 
+from aggregator.storage.cluster import Connection, node_clients
 from aggregator.storage.store import StorageFull
 
 DEFAULT_HIGH_WATER = 0.9
@@ -59,8 +60,8 @@ class CapacityGuard:
 
     Parameters
     ----------
-    connection : redis.Redis
-        The store's connection.
+    connection : redis.Redis or RedisCluster
+        The store's connection (on a cluster, the fullest master is what counts).
     high_water : float
         Share of ``maxmemory`` in (0, 1] above which reports are refused.
     check_interval_s : float
@@ -73,7 +74,7 @@ class CapacityGuard:
 
     def __init__(
         self,
-        connection: redis.Redis,
+        connection: Connection,
         *,
         high_water: float = DEFAULT_HIGH_WATER,
         check_interval_s: float = DEFAULT_CHECK_INTERVAL_S,
@@ -96,16 +97,23 @@ class CapacityGuard:
         """The memory reading, at most ``check_interval_s`` old."""
         now = self._clock()
         if self._reading is None or now - self._read_at >= self.check_interval_s:
+            self._reading = self._fullest_node()
+            self._read_at = now
+            self._note_transition(self._reading)
+        return self._reading
+
+    def _fullest_node(self) -> MemoryReading:
+        """The reading of the master closest to its limit (a cluster fills node by node)."""
+        readings = []
+        for _, client in node_clients(self.connection):
             try:
-                info = self.connection.info("memory")
+                info = client.info("memory")
             except redis.ResponseError:  # INFO disabled (some managed servers): no guard
                 info = {}
             used = int(info.get("used_memory", 0))
             limit = int(info.get("maxmemory", 0))
-            self._reading = MemoryReading(used, limit, int(limit * self.high_water))
-            self._read_at = now
-            self._note_transition(self._reading)
-        return self._reading
+            readings.append(MemoryReading(used, limit, int(limit * self.high_water)))
+        return max(readings, key=lambda r: r.used_bytes / r.limit_bytes if r.limit_bytes else 0)
 
     def _note_transition(self, reading: MemoryReading) -> None:
         if reading.full and not self._was_full:

@@ -6,6 +6,7 @@ import secrets
 
 import redis
 
+from aggregator.storage.cluster import Connection
 from aggregator.storage.errors import is_out_of_memory
 
 _RELEASE_IF_OURS = """
@@ -22,7 +23,7 @@ class Lock:
     and :meth:`release` leaves an unreleased lock to expire.
     """
 
-    def __init__(self, connection: redis.Redis, key: str, ttl_ms: int) -> None:
+    def __init__(self, connection: Connection, key: str, ttl_ms: int) -> None:
         self._connection = connection
         self._key = key
         self._ttl_ms = ttl_ms

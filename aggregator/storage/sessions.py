@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
-import redis
+from aggregator.storage.cluster import Connection
 
 SESSION_KEY = "ldp:dashboard:session:{sid}"
 
@@ -12,7 +12,7 @@ SESSION_KEY = "ldp:dashboard:session:{sid}"
 class SessionStore:
     """A session id names the fingerprint of the token that opened it, until it expires."""
 
-    def __init__(self, connection: redis.Redis) -> None:
+    def __init__(self, connection: Connection) -> None:
         self._connection = connection
 
     def open(self, sid: str, fingerprint: str, ttl_s: int) -> None:

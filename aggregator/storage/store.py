@@ -1,21 +1,26 @@
-"""The Redis store: campaigns, deduplicated report ingestion, counts and the audit stream.
+"""The Redis store: campaigns, deduplicated report ingestion, counts and raw reports.
 
-Every key of a campaign carries the hash tag ``{c:<id>}`` so that they share a
-cluster slot and one Lua script can, atomically, check each report id
-(``SET NX EX``), increment the count of its output symbol (``HINCRBY``) and
-append the report to the campaign's stream (``XADD``). The counts are the
-estimators' sufficient statistics; the stream keeps every accepted report for
-audit and re-analysis. The connection is passed in; nothing here is global.
+A campaign's per-report state is split into shards that spread over a Redis
+Cluster's masters (:mod:`aggregator.storage.layout`). A submission is admitted
+first (``lua/admit.lua``: the client's rate limit and report budget and the
+campaign's quota, in the campaign's own slot), then its reports are grouped by
+shard and each group is stored by one atomic script (``lua/ingest.lua``: check
+each report id against the deduplication sets, spend enrollment tokens, count
+the output symbols, keep the raw report if asked). Reads sum the shards. The
+counts are the estimators' sufficient statistics. The connection is passed in;
+nothing here is global.
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import logging
+import math
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from importlib import resources
@@ -23,7 +28,10 @@ from typing import Any, NamedTuple, cast
 
 import redis
 
+from aggregator.storage import layout as layouts
+from aggregator.storage.cluster import Call, Connection, NodeWriter, config_value
 from aggregator.storage.errors import is_out_of_memory
+from aggregator.storage.layout import Layout
 from aggregator.storage.locks import Lock
 from aggregator.storage.sessions import SessionStore
 from shared.errors import LDPError
@@ -36,9 +44,13 @@ STATUSES = (OPEN, CLOSED)
 # How long a report id is remembered for deduplication: retries come within minutes,
 # a queued report on an offline device may come weeks later.
 DEFAULT_REPORT_ID_TTL_S = 90 * 24 * 3600
-# Most reports one campaign may hold (CAMPAIGN_MAX_REPORTS; 0: no quota), about 2 GB of
-# Redis memory at today's 200 bytes a report: one campaign cannot take the whole store.
+# Most reports one campaign may hold (CAMPAIGN_MAX_REPORTS; 0: no quota): one campaign
+# cannot take the whole store. Deduplication buckets are sized for it.
 DEFAULT_CAMPAIGN_MAX_REPORTS = 10_000_000
+# What is kept of each report besides its count: nothing, or the raw report in a stream.
+RAW_REPORTS_OFF = "off"
+RAW_REPORTS_KEEP = "keep"
+RAW_REPORTS_MODES = (RAW_REPORTS_OFF, RAW_REPORTS_KEEP)
 EXPORT_CHUNK = 1000
 # Parsed specs kept per store: a spec never changes, and parsing a large domain on
 # every request would dominate it (about 0.1 s for 100,000 labels).
@@ -46,7 +58,7 @@ SPEC_CACHE_SIZE = 256
 # A cached estimate is kept this long after it was last computed (it is recomputed anyway
 # as soon as the counts change; the expiry only bounds the keys of unused methods and levels).
 ESTIMATE_CACHE_TTL_S = 24 * 3600
-_META_FIELDS = ("spec_hash", "status", "created_at", "n_reports")
+_META_FIELDS = ("spec_hash", "status", "created_at", "layout", "shards", "buckets", "window_s")
 # A reply of HMGET: the connection runs with decode_responses off, so values are bytes.
 _Fields = list[bytes | None]
 
@@ -61,6 +73,12 @@ class IngestStatus(IntEnum):
     CLOSED = 2
     NO_TOKEN = 3
     SPEC_CHANGED = 4
+
+
+class AdmitStatus(IntEnum):
+    """What ``lua/admit.lua`` answered (the script defines the same names and values)."""
+
+    ADMITTED = 0
     RATE_LIMITED = 5
     OVER_BUDGET = 6
     OVER_QUOTA = 7
@@ -144,6 +162,12 @@ class RetryLater(StoreError):
         self.retry_after_s = retry_after_s
 
 
+class LayoutOutdated(RetryLater):
+    """A campaign stored by an older version that has not been migrated yet."""
+
+    code = "storage_unavailable"
+
+
 class RateLimited(RetryLater):
     """The client has used up its submissions for the current window (nothing stored)."""
 
@@ -220,16 +244,30 @@ class WindowCount(NamedTuple):
 
 
 class CampaignStore:
-    """Campaigns and their reports in one Redis (or Redis Cluster, by the key scheme)."""
+    """Campaigns and their reports in one Redis or a Redis Cluster.
+
+    Parameters
+    ----------
+    connection : redis.Redis or RedisCluster
+        The store's client (:func:`aggregator.storage.cluster.open_connection`).
+    report_id_ttl_s : int
+        How long a new campaign remembers a report id, at least.
+    retention_s : float, optional
+        Raw reports older than this are trimmed as new ones arrive (None: kept).
+    raw_reports : {"off", "keep"}
+        Whether the raw reports are kept in a stream besides their counts.
+    shards : int
+        Shards of a new campaign.
+    max_reports : int
+        Most reports a campaign may hold (0: no quota); sizes its deduplication sets.
+    ack_replicas, ack_timeout_ms : int
+        Replicas an acknowledged write must have reached, and how long to wait for them.
+    """
 
     INDEX_KEY = "ldp:campaigns"
-    CAMPAIGN_KEY = "ldp:{{c:{id}}}:campaign"
-    COUNTS_KEY = "ldp:{{c:{id}}}:counts"
-    HOURLY_KEY = "ldp:{{c:{id}}}:hourly"
-    STREAM_KEY = "ldp:{{c:{id}}}:reports"
-    SEEN_KEY = "ldp:{{c:{id}}}:seen:{report_id}"
     ESTIMATE_KEY = "ldp:{{c:{id}}}:estimate:{variant}"
-    TOKENS_KEY = "ldp:{{c:{id}}}:enrollment"
+    # Reports admitted by the quota: stored ones plus those of submissions in flight.
+    ADMITTED_KEY = "ldp:{{c:{id}}}:admitted"
     RATE_KEY = "ldp:{{c:{id}}}:ratelimit:{client}:{window}"
     BUDGET_KEY = "ldp:{{c:{id}}}:ratelimit-reports:{client}:{window}"
     # Requests to one rate-limited view outside a campaign (no hash tag: one key per call).
@@ -238,30 +276,66 @@ class CampaignStore:
 
     def __init__(
         self,
-        connection: redis.Redis,
+        connection: Connection,
         *,
         report_id_ttl_s: int = DEFAULT_REPORT_ID_TTL_S,
         retention_s: float | None = None,
+        raw_reports: str = RAW_REPORTS_OFF,
+        shards: int = layouts.DEFAULT_SHARDS,
+        max_reports: int = DEFAULT_CAMPAIGN_MAX_REPORTS,
+        ack_replicas: int = 0,
+        ack_timeout_ms: int = 1000,
     ) -> None:
         self.connection = connection
         self.report_id_ttl_s = int(report_id_ttl_s)
         if retention_s is not None and not retention_s > 0:
             raise ValueError(f"retention_s must be > 0 or None, got {retention_s!r}")
+        if raw_reports not in RAW_REPORTS_MODES:
+            raise ValueError(f"raw_reports must be one of {RAW_REPORTS_MODES}, got {raw_reports!r}")
+        if not 1 <= shards <= layouts.MAX_SHARDS:
+            raise ValueError(f"shards must be 1 to {layouts.MAX_SHARDS}, got {shards!r}")
         # Raw reports older than this are trimmed from the stream (counts stay); None keeps all.
         self.retention_s = retention_s
+        self.keeps_raw_reports = raw_reports == RAW_REPORTS_KEEP
+        self.shards = shards
+        self.max_reports = int(max_reports)
+        self.writer = NodeWriter(
+            connection, ack_replicas=ack_replicas, ack_timeout_ms=ack_timeout_ms
+        )
         lua = resources.files("aggregator.storage") / "lua"
         self._create = connection.register_script((lua / "create.lua").read_text("utf-8"))
         self._ingest = connection.register_script((lua / "ingest.lua").read_text("utf-8"))
+        self._admit = connection.register_script((lua / "admit.lua").read_text("utf-8"))
+        self._release = connection.register_script((lua / "release.lua").read_text("utf-8"))
         self._count_request = connection.register_script((lua / "ratelimit.lua").read_text("utf-8"))
         self._parsed: OrderedDict[str, tuple[CampaignSpec, Mechanism]] = OrderedDict()
         self._known: OrderedDict[str, Campaign] = OrderedDict()
+        self._layouts: dict[str, Layout] = {}
+        self._intset_entries: int | None = None
         self.sessions = SessionStore(connection)
 
     def ping(self) -> None:
         """Raise ``redis.RedisError`` unless the server answers."""
         self.connection.ping()
 
+    def close(self) -> None:
+        """Close the store's connections."""
+        self.connection.close()
+
     # -- campaigns ---------------------------------------------------------------------
+
+    def new_layout(self, campaign_id: str) -> Layout:
+        """The layout a campaign created now gets (shards, buckets sized for its quota)."""
+        if self._intset_entries is None:
+            value = config_value(self.connection, "set-max-intset-entries")
+            self._intset_entries = int(value) if value else layouts.REDIS_DEFAULT_INTSET_ENTRIES
+        expected = self.max_reports or layouts.UNBOUNDED_CAMPAIGN_REPORTS
+        return Layout(
+            campaign_id,
+            shards=self.shards,
+            buckets=layouts.buckets_for(expected, self.shards, self._intset_entries),
+            window_s=layouts.window_for(self.report_id_ttl_s),
+        )
 
     def create_campaign(
         self, spec: CampaignSpec, *, now: float | None = None
@@ -273,27 +347,76 @@ class CampaignStore:
         another spec.
         """
         created_at = time.time() if now is None else now
-        key = self.CAMPAIGN_KEY.format(id=spec.id)
+        layout = self.new_layout(spec.id)
         answer = self._create(
-            keys=[key], args=[spec.canonical_json(), spec.spec_hash, repr(created_at)]
+            keys=[layout.record_key],
+            args=[
+                spec.canonical_json(),
+                spec.spec_hash,
+                repr(created_at),
+                layouts.LAYOUT,
+                layout.shards,
+                layout.buckets,
+                layout.window_s,
+            ],
         )
         created = answer == CreateStatus.CREATED
-        # Outside the script (another slot); idempotent, so a retry repairs a lost write.
-        self.connection.zadd(self.INDEX_KEY, {spec.id: created_at}, nx=True)
         campaign = self.get_campaign(spec.id)
         if not created and campaign.spec_hash != spec.spec_hash:
             raise CampaignExists(
                 f"campaign {spec.id!r} already exists with another spec", campaign_id=spec.id
             )
+        # Outside the script (other slots); idempotent, so a re-run repairs a lost write.
+        self._layouts.pop(spec.id, None)
+        self._open_shards(self.layout(spec.id), spec.spec_hash, fresh=created)
+        self.connection.zadd(self.INDEX_KEY, {spec.id: created_at}, nx=True)
         return campaign, created
 
-    def get_campaign(self, campaign_id: str) -> Campaign:
-        key = self.CAMPAIGN_KEY.format(id=campaign_id)
-        meta = cast(_Fields, self.connection.hmget(key, _META_FIELDS))
-        campaign = self._campaign(key, meta)
-        if campaign is None:
+    def _open_shards(self, layout: Layout, spec_hash: str, *, fresh: bool) -> None:
+        """Give every shard the campaign's status and spec hash.
+
+        A campaign created just now sets them (a shard left from a campaign deleted by
+        hand under the same id must not keep its old spec); a re-run of the creation
+        only fills in what is missing.
+        """
+        pipe = self.connection.pipeline(transaction=False)
+        for shard in range(layout.shards):
+            if fresh:
+                pipe.hset(layout.state_key(shard), mapping={"spec_hash": spec_hash, "status": OPEN})
+            else:
+                pipe.hsetnx(layout.state_key(shard), "spec_hash", spec_hash)
+                pipe.hsetnx(layout.state_key(shard), "status", OPEN)
+        pipe.execute()
+
+    def layout(self, campaign_id: str) -> Layout:
+        """Where a campaign's data lives (fixed at its creation; read once per process)."""
+        found = self._layouts.get(campaign_id)
+        if found is None:
+            record = f"ldp:{{c:{campaign_id}}}:campaign"
+            meta = cast(_Fields, self.connection.hmget(record, _META_FIELDS))
+            found = self._layout_of(campaign_id, meta)
+        return found
+
+    def _layout_of(self, campaign_id: str, meta: _Fields) -> Layout:
+        spec_hash, _, _, version, shards, buckets, window_s = meta
+        if spec_hash is None:
             raise CampaignNotFound(f"no campaign {campaign_id!r}", campaign_id=campaign_id)
-        return campaign
+        if version is None or shards is None or buckets is None or window_s is None:
+            raise LayoutOutdated(
+                f"campaign {campaign_id!r} is stored in an older layout: run "
+                "`ldp-aggregator migrate` (serve does it on start)",
+                campaign_id=campaign_id,
+                retry_after_s=60,
+            )
+        found = Layout(campaign_id, int(shards), int(buckets), int(window_s))
+        self._layouts[campaign_id] = found
+        return found
+
+    def get_campaign(self, campaign_id: str) -> Campaign:
+        found = self._read_campaigns([campaign_id])
+        if not found:
+            raise CampaignNotFound(f"no campaign {campaign_id!r}", campaign_id=campaign_id)
+        return found[0]
 
     def campaign_for_reports(self, campaign_id: str) -> Campaign:
         """The campaign as this process last read it, for validating reports without a read.
@@ -319,28 +442,47 @@ class CampaignStore:
         ids = [
             raw.decode() for raw in cast(list[bytes], self.connection.zrange(self.INDEX_KEY, 0, -1))
         ]
-        keys = [self.CAMPAIGN_KEY.format(id=campaign_id) for campaign_id in ids]
-        pipe = self.connection.pipeline(transaction=False)
-        for key in keys:
-            pipe.hmget(key, _META_FIELDS)
-        found = (self._campaign(key, meta) for key, meta in zip(keys, pipe.execute(), strict=True))
-        return [campaign for campaign in found if campaign is not None]
+        return self._read_campaigns(ids)
 
-    def _campaign(self, key: str, meta: _Fields) -> Campaign | None:
-        """A campaign from its server fields; the spec is read and parsed only on a cache miss."""
-        spec_hash, status, created_at, n_reports = meta
-        if spec_hash is None:
-            return None
-        # create.lua writes the fields together: a campaign with a hash has all of them.
-        assert status is not None and created_at is not None
-        spec, mechanism = self._spec(key, spec_hash.decode())
-        return Campaign(
-            spec=spec,
-            status=status.decode(),
-            created_at=float(created_at),
-            n_reports=int(n_reports or 0),
-            mechanism=mechanism,
+    def _read_campaigns(self, campaign_ids: Sequence[str]) -> list[Campaign]:
+        """The campaigns that exist among ``campaign_ids``: two pipelined reads."""
+        pipe = self.connection.pipeline(transaction=False)
+        for campaign_id in campaign_ids:
+            pipe.hmget(f"ldp:{{c:{campaign_id}}}:campaign", _META_FIELDS)
+        metas = [
+            (campaign_id, meta)
+            for campaign_id, meta in zip(campaign_ids, pipe.execute(), strict=True)
+            if meta[0] is not None
+        ]
+        layouts_read = [self._layout_of(campaign_id, meta) for campaign_id, meta in metas]
+        totals = self._sum_shards(
+            layouts_read, lambda pipe, lay, s: pipe.hget(lay.state_key(s), "n_reports")
         )
+        campaigns = []
+        for (_, meta), layout, parts in zip(metas, layouts_read, totals, strict=True):
+            spec_hash, status, created_at = meta[:3]
+            # create.lua writes the fields together: a campaign with a hash has all of them.
+            assert status is not None and created_at is not None
+            spec, mechanism = self._spec(layout.record_key, spec_hash.decode())
+            campaigns.append(
+                Campaign(
+                    spec=spec,
+                    status=status.decode(),
+                    created_at=float(created_at),
+                    n_reports=sum(int(part or 0) for part in parts),
+                    mechanism=mechanism,
+                )
+            )
+        return campaigns
+
+    def _sum_shards(self, layouts_read: Sequence[Layout], command) -> list[list[Any]]:
+        """One command per shard of each layout, pipelined (per node on a cluster)."""
+        pipe = self.connection.pipeline(transaction=False)
+        for layout in layouts_read:
+            for shard in range(layout.shards):
+                command(pipe, layout, shard)
+        replies = iter(pipe.execute() if layouts_read else [])
+        return [[next(replies) for _ in range(layout.shards)] for layout in layouts_read]
 
     def _spec(self, key: str, spec_hash: str) -> tuple[CampaignSpec, Mechanism]:
         if spec_hash in self._parsed:
@@ -354,25 +496,20 @@ class CampaignStore:
         return self._parsed[spec_hash]
 
     def set_status(self, campaign_id: str, status: str) -> Campaign:
-        """Open or close a campaign; a closed campaign refuses reports."""
+        """Open or close a campaign; a closed campaign refuses reports.
+
+        The record is written first, then every shard's copy: once this returns, no
+        shard stores another report of a closed campaign.
+        """
         if status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
-        key = self.CAMPAIGN_KEY.format(id=campaign_id)
-        # HSET only if the record exists: a status alone must not create a campaign.
-        with self.connection.pipeline() as pipe:
-            while True:
-                try:
-                    pipe.watch(key)
-                    if not pipe.exists(key):
-                        raise CampaignNotFound(
-                            f"no campaign {campaign_id!r}", campaign_id=campaign_id
-                        )
-                    pipe.multi()
-                    pipe.hset(key, "status", status)
-                    pipe.execute()
-                    break
-                except redis.WatchError:
-                    continue
+        layout = self.layout(campaign_id)
+        pipe = self.connection.pipeline(transaction=False)
+        # HSET only on existing hashes (XX semantics): a status alone must not create one.
+        pipe.hset(layout.record_key, "status", status)
+        for shard in range(layout.shards):
+            pipe.hset(layout.state_key(shard), "status", status)
+        pipe.execute()
         return self.get_campaign(campaign_id)
 
     # -- reports -----------------------------------------------------------------------
@@ -386,81 +523,174 @@ class CampaignStore:
         spec_hash: str | None = None,
         rate_limit: RateLimit | None = None,
         report_budget: ReportBudget | None = None,
-        max_reports: int = 0,
         now: float | None = None,
     ) -> IngestResult:
-        """Store reports not seen before, atomically; count the duplicates.
+        """Store reports not seen before; count the duplicates.
 
-        With ``enrollment_required`` each new report spends its unused enrollment
-        token in the same step (a retried report id is a duplicate, not refused).
-        ``spec_hash``, if given, must be the stored spec's (else :class:`SpecChanged`);
-        ``rate_limit`` counts this submission against the client's window in the same
-        step (:class:`RateLimited` once it is used up); ``report_budget`` counts the
-        new reports (:class:`ReportBudgetExceeded` if they would overdraw it);
-        ``max_reports`` > 0 caps the campaign's stored reports (:class:`CampaignFull`).
-        Raises :class:`CampaignNotFound`, :class:`CampaignClosed` or
-        :class:`EnrollmentRefused` too; in every case nothing is stored. Raw reports
-        older than ``retention_s`` are trimmed from the stream as new ones arrive.
+        The submission is admitted first: ``rate_limit`` counts it against the
+        client's window (:class:`RateLimited` once it is used up), ``report_budget``
+        and the store's quota reserve its reports (:class:`ReportBudgetExceeded`,
+        :class:`CampaignFull`; duplicates are given back, so a retried batch costs
+        nothing). Each shard's reports are then stored atomically. With
+        ``enrollment_required`` each new report spends its unused enrollment token in
+        the same step (a retried report id is a duplicate, not refused), and a batch
+        that spans shards is checked on all of them before any is written, so that one
+        bad token refuses the whole batch. ``spec_hash``, if given, must be the stored
+        spec's (else :class:`SpecChanged`). Raises :class:`CampaignNotFound`,
+        :class:`CampaignClosed` or :class:`EnrollmentRefused` too; then nothing is
+        stored, unless the campaign was closed, or a token spent, by a concurrent
+        request while the batch's shards were being written. Connection errors and
+        :class:`~aggregator.storage.cluster.NotAcknowledged` mean the reports may or
+        may not be stored: sending them again is safe.
         """
         moment = time.time() if now is None else now
-        hour = int(moment // 3600 * 3600)
-        min_id = 0 if self.retention_s is None else max(int((moment - self.retention_s) * 1000), 1)
-        limit, window_s, rate_key = self._window(self.RATE_KEY, campaign_id, rate_limit, moment)
-        budget, budget_window_s, budget_key = self._window(
-            self.BUDGET_KEY, campaign_id, report_budget, moment
+        layout = self.layout(campaign_id)
+        groups = self._group(layout, reports, enrollment_required)
+        base = self._ingest_args(moment, spec_hash, enrollment_required)
+        calls = {
+            shard: self._shard_call(layout, shard, items, base, moment, enrollment_required)
+            for shard, items in groups.items()
+        }
+        spanning = enrollment_required and len(calls) > 1
+        fresh: int | None = None
+        if spanning:
+            fresh = self._check(campaign_id, groups, calls)
+        admission = self._admission(campaign_id, rate_limit, report_budget, moment)
+        wanted = len(reports) if fresh is None else fresh
+        reserved, hits, window_ttl = self._admit_reports(admission, wanted, groups, calls, fresh)
+        if not admission.reserves:
+            reserved = 0
+        accepted = 0
+        try:
+            replies = self.writer.run([self._as_store(call) for call in calls.values()])
+            for items, reply in zip(groups.values(), replies, strict=True):
+                status, stored, _, index = (int(part) for part in reply)
+                self._raise_for(status, campaign_id, items, index)
+                accepted += stored
+        finally:
+            if reserved > accepted:
+                self._give_back(admission, reserved - accepted)
+        return IngestResult(
+            accepted=accepted,
+            duplicates=len(reports) - accepted,
+            window_hits=hits,
+            window_ttl_s=window_ttl,
         )
-        keys = [
-            self.CAMPAIGN_KEY.format(id=campaign_id),
-            self.COUNTS_KEY.format(id=campaign_id),
-            self.HOURLY_KEY.format(id=campaign_id),
-            self.STREAM_KEY.format(id=campaign_id),
-            self.TOKENS_KEY.format(id=campaign_id),
-            rate_key,
-            budget_key,
-        ]
-        args: list[Any] = [
-            self.report_id_ttl_s,
-            hour,
-            int(enrollment_required),
-            min_id,
+
+    def _group(
+        self, layout: Layout, reports: Sequence[StoredReport], enrollment_required: bool
+    ) -> dict[int, list[tuple[int, StoredReport, layouts.Route, str]]]:
+        """The batch's reports by shard: (index in the batch, report, route, token digest)."""
+        groups: dict[int, list[tuple[int, StoredReport, layouts.Route, str]]] = {}
+        for index, report in enumerate(reports):
+            digest = ""
+            if enrollment_required and report.enrollment_token is not None:
+                digest = token_digest(report.enrollment_token)
+            route = layout.route(report.report_id, digest or None)
+            groups.setdefault(route.shard, []).append((index, report, route, digest))
+        return groups
+
+    def _ingest_args(
+        self, moment: float, spec_hash: str | None, enrollment_required: bool
+    ) -> list[Any]:
+        """ARGV[2..7] of ingest.lua, the same for every shard."""
+        min_id = 0 if self.retention_s is None else max(int((moment - self.retention_s) * 1000), 1)
+        return [
             spec_hash or "",
-            limit,
-            window_s,
-            budget,
-            budget_window_s,
-            int(max_reports),
+            int(moment // 3600 * 3600),
+            int(moment * 1000),
+            int(enrollment_required),
+            int(self.keeps_raw_reports),
+            min_id,
         ]
-        seen_prefix = self.SEEN_KEY.format(id=campaign_id, report_id="")
-        args.append(len(seen_prefix.encode()))
+
+    def _shard_call(
+        self,
+        layout: Layout,
+        shard: int,
+        items: Sequence[tuple[int, StoredReport, layouts.Route, str]],
+        base: list[Any],
+        moment: float,
+        enrollment_required: bool,
+    ) -> Call:
+        """The ingest.lua call (in check-only mode) for one shard's reports."""
+        windows = layout.windows(moment)
+        keys = [
+            layout.state_key(shard),
+            layout.counts_key(shard),
+            layout.hourly_key(shard),
+            layout.stream_key(shard),
+            layout.tokens_key(shard),
+        ]
+        slots: dict[int, int] = {}
+        per_report: list[Any] = []
         # The wire value is a function of the output index: each distinct one is sent once.
         encoded: dict[int, str] = {}
-        per_report: list[Any] = []
-        for report in reports:
-            keys.append(seen_prefix + report.report_id)
-            output = report.output
-            if output not in encoded:
-                encoded[output] = json.dumps(
-                    report.value, separators=(",", ":"), ensure_ascii=False
-                )
-            per_report.append(output)
+        keep = self.keeps_raw_reports
+        for _, report, route, digest in items:
+            slot = slots.get(route.bucket)
+            if slot is None:
+                slot = slots[route.bucket] = len(slots)
+                keys.extend(layout.seen_key(shard, window, route.bucket) for window in windows)
+            per_report.extend((slot, route.member, report.output))
             if enrollment_required:
-                token = report.enrollment_token
-                per_report.append(token_digest(token) if token is not None else "")
-        args.append(len(encoded))
+                per_report.append(digest)
+            if keep:
+                per_report.append(report.report_id)
+                if report.output not in encoded:
+                    encoded[report.output] = json.dumps(
+                        report.value, separators=(",", ":"), ensure_ascii=False
+                    )
+        args: list[Any] = [
+            1,
+            *base,
+            max(math.ceil(layout.expires_at(windows[0]) - moment), 1),
+            len(encoded),
+        ]
         for output, value in encoded.items():
-            args.append(output)
-            args.append(value)
+            args.extend((output, value))
         args.extend(per_report)
-        status, accepted, duplicates, index, hits, window_ttl = self._ingest(keys=keys, args=args)
+        return Call(self._ingest, keys, args)
+
+    @staticmethod
+    def _as_store(call: Call) -> Call:
+        return Call(call.script, call.keys, [0, *call.args[1:]])
+
+    def _check(
+        self,
+        campaign_id: str,
+        groups: dict[int, list[tuple[int, StoredReport, layouts.Route, str]]],
+        calls: dict[int, Call],
+    ) -> int:
+        """Check every shard's reports without writing; the number of new reports."""
+        fresh = 0
+        for items, reply in zip(
+            groups.values(), self.writer.run(list(calls.values()), wait=False), strict=True
+        ):
+            status, new, _, index = (int(part) for part in reply)
+            self._raise_for(status, campaign_id, items, index)
+            fresh += new
+        return fresh
+
+    def _raise_for(
+        self,
+        status: int,
+        campaign_id: str,
+        items: Sequence[tuple[int, StoredReport, layouts.Route, str]],
+        index: int,
+    ) -> None:
+        if status == IngestStatus.STORED:
+            return
         if status == IngestStatus.NO_CAMPAIGN:
             raise CampaignNotFound(f"no campaign {campaign_id!r}", campaign_id=campaign_id)
         if status == IngestStatus.CLOSED:
             raise CampaignClosed(f"campaign {campaign_id!r} is closed", campaign_id=campaign_id)
         if status == IngestStatus.NO_TOKEN:
-            which = f"report {index - 1} of the batch" if len(reports) > 1 else "the report"
+            position = items[index - 1][0]
             raise EnrollmentRefused(
-                f"{which} has no valid enrollment token for campaign {campaign_id!r} (never "
-                "issued, or already used by another report); nothing was stored",
+                f"report {position} of the batch has no valid enrollment token for campaign "
+                f"{campaign_id!r} (never issued, or already used by another report); nothing "
+                "was stored",
                 campaign_id=campaign_id,
             )
         if status == IngestStatus.SPEC_CHANGED:
@@ -469,31 +699,91 @@ class CampaignStore:
                 "against; nothing was stored",
                 campaign_id=campaign_id,
             )
-        if status == IngestStatus.RATE_LIMITED:
+        raise AssertionError(f"ingest.lua answered an unknown status {status}")
+
+    def _admission(
+        self,
+        campaign_id: str,
+        rate_limit: RateLimit | None,
+        report_budget: ReportBudget | None,
+        moment: float,
+    ) -> _Admission:
+        limit, window_s, rate_key = self._window(self.RATE_KEY, campaign_id, rate_limit, moment)
+        budget, budget_window_s, budget_key = self._window(
+            self.BUDGET_KEY, campaign_id, report_budget, moment
+        )
+        return _Admission(
+            keys=(rate_key, budget_key, self.ADMITTED_KEY.format(id=campaign_id)),
+            limit=limit,
+            window_s=window_s,
+            budget=budget,
+            budget_window_s=budget_window_s,
+            quota=self.max_reports,
+        )
+
+    def _admit_reports(
+        self,
+        admission: _Admission,
+        wanted: int,
+        groups: dict[int, list[tuple[int, StoredReport, layouts.Route, str]]],
+        calls: dict[int, Call],
+        fresh: int | None,
+    ) -> tuple[int, int, int]:
+        """Run admit.lua; (reports reserved, submissions in the window, its seconds left).
+
+        If the batch's size is refused by the budget or the quota, the shards are asked
+        which reports are new and only those are asked for again: duplicates cost nothing.
+        """
+        if not admission.needed:
+            return 0, 0, 0
+        status, hits, ttl = self._call_admit(admission, admission.limit, wanted)
+        if status in (AdmitStatus.OVER_BUDGET, AdmitStatus.OVER_QUOTA) and fresh is None:
+            fresh = self._check(admission.campaign_id, groups, calls)
+            if fresh < wanted:
+                wanted = fresh
+                status, _, ttl = self._call_admit(admission, 0, wanted)
+        if status == AdmitStatus.RATE_LIMITED:
             raise RateLimited(
-                f"rate limit exceeded ({limit} submissions per {window_s} s to this campaign); "
-                "retry later",
-                campaign_id=campaign_id,
-                retry_after_s=max(int(window_ttl), 1),
+                f"rate limit exceeded ({admission.limit} submissions per {admission.window_s} s "
+                "to this campaign); retry later",
+                campaign_id=admission.campaign_id,
+                retry_after_s=max(ttl, 1),
             )
-        if status == IngestStatus.OVER_BUDGET:
+        if status == AdmitStatus.OVER_BUDGET:
             raise ReportBudgetExceeded(
-                f"report budget exceeded ({budget} new reports per {budget_window_s} s from "
-                "one address to this campaign); nothing was stored, retry later",
-                campaign_id=campaign_id,
-                retry_after_s=max(int(window_ttl), 1),
+                f"report budget exceeded ({admission.budget} new reports per "
+                f"{admission.budget_window_s} s from one address to this campaign); nothing "
+                "was stored, retry later",
+                campaign_id=admission.campaign_id,
+                retry_after_s=max(ttl, 1),
             )
-        if status == IngestStatus.OVER_QUOTA:
+        if status == AdmitStatus.OVER_QUOTA:
             raise CampaignFull(
-                f"campaign {campaign_id!r} holds its quota of {max_reports} reports; nothing "
-                "was stored",
-                campaign_id=campaign_id,
+                f"campaign {admission.campaign_id!r} holds its quota of {admission.quota} "
+                "reports; nothing was stored",
+                campaign_id=admission.campaign_id,
             )
-        return IngestResult(
-            accepted=int(accepted),
-            duplicates=int(duplicates),
-            window_hits=int(hits),
-            window_ttl_s=int(window_ttl),
+        return wanted, hits, ttl
+
+    def _call_admit(self, admission: _Admission, limit: int, wanted: int) -> tuple[int, int, int]:
+        status, hits, ttl = self._admit(
+            keys=list(admission.keys),
+            args=[
+                limit,
+                admission.window_s,
+                admission.budget,
+                admission.budget_window_s,
+                admission.quota,
+                wanted,
+            ],
+        )
+        return int(status), int(hits), int(ttl)
+
+    def _give_back(self, admission: _Admission, amount: int) -> None:
+        """Return reserved reports that were not stored to the budget and the quota."""
+        self._release(
+            keys=list(admission.keys[1:]),
+            args=[amount if admission.budget else 0, amount if admission.quota else 0],
         )
 
     def count_request(
@@ -537,46 +827,59 @@ class CampaignStore:
 
     def add_enrollment_tokens(self, campaign_id: str, tokens: Sequence[str]) -> int:
         """Make ``tokens`` valid for one report each; return how many unused tokens there are."""
-        key = self.TOKENS_KEY.format(id=campaign_id)
-        pipe = self.connection.pipeline(transaction=True)
-        pipe.sadd(key, *(token_digest(token) for token in tokens))
-        pipe.scard(key)
-        return int(pipe.execute()[-1])
+        layout = self.layout(campaign_id)
+        by_shard: dict[int, list[str]] = {}
+        for token in tokens:
+            digest = token_digest(token)
+            by_shard.setdefault(layout.token_shard(digest), []).append(digest)
+        pipe = self.connection.pipeline(transaction=False)
+        for shard, digests in by_shard.items():
+            pipe.sadd(layout.tokens_key(shard), *digests)
+        pipe.execute()
+        return self.unused_enrollment_tokens(campaign_id)
 
     def unused_enrollment_tokens(self, campaign_id: str) -> int:
-        return int(self.connection.scard(self.TOKENS_KEY.format(id=campaign_id)))
+        layout = self.layout(campaign_id)
+        (sizes,) = self._sum_shards([layout], lambda pipe, lay, s: pipe.scard(lay.tokens_key(s)))
+        return sum(int(size) for size in sizes)
 
     # -- retention -----------------------------------------------------------------------
 
     def trim_reports(self, campaign_id: str, *, older_than: float) -> int:
-        """Drop stream entries received before ``older_than`` (unix s); counts stay."""
+        """Drop raw reports received before ``older_than`` (unix s); counts stay."""
         min_id = max(int(older_than * 1000), 1)
-        return int(
-            self.connection.xtrim(
-                self.STREAM_KEY.format(id=campaign_id), minid=min_id, approximate=False
-            )
+        layout = self.layout(campaign_id)
+        (trimmed,) = self._sum_shards(
+            [layout],
+            lambda pipe, lay, s: pipe.xtrim(lay.stream_key(s), minid=min_id, approximate=False),
         )
+        return sum(int(count) for count in trimmed)
 
     def counts(self, campaign_id: str) -> dict[int, int]:
         """Reports per output index (indices with no report are absent)."""
-        raw = self.connection.hgetall(self.COUNTS_KEY.format(id=campaign_id))
-        return {int(output): int(count) for output, count in raw.items()}
-
-    def last_report_times(self, campaign_ids: Sequence[str]) -> dict[str, float | None]:
-        """When each campaign last accepted a report (unix seconds), from its report stream."""
-        pipe = self.connection.pipeline(transaction=False)
-        for campaign_id in campaign_ids:
-            pipe.xrevrange(self.STREAM_KEY.format(id=campaign_id), count=1)
-        times: dict[str, float | None] = {}
-        for campaign_id, entries in zip(campaign_ids, pipe.execute(), strict=True):
-            # Stream ids are "<milliseconds>-<sequence>", stamped by Redis on XADD.
-            times[campaign_id] = int(entries[0][0].split(b"-")[0]) / 1000 if entries else None
-        return times
+        return self._summed_hash(campaign_id, Layout.counts_key)
 
     def hourly_counts(self, campaign_id: str) -> list[tuple[int, int]]:
         """Accepted reports per hour, as (hour start in unix seconds, count), oldest first."""
-        raw = self.connection.hgetall(self.HOURLY_KEY.format(id=campaign_id))
-        return sorted((int(hour), int(count)) for hour, count in raw.items())
+        return sorted(self._summed_hash(campaign_id, Layout.hourly_key).items())
+
+    def _summed_hash(self, campaign_id: str, key_of) -> dict[int, int]:
+        layout = self.layout(campaign_id)
+        (parts,) = self._sum_shards([layout], lambda pipe, lay, s: pipe.hgetall(key_of(lay, s)))
+        total: dict[int, int] = {}
+        for part in parts:
+            for name, count in part.items():
+                total[int(name)] = total.get(int(name), 0) + int(count)
+        return total
+
+    def last_report_times(self, campaign_ids: Sequence[str]) -> dict[str, float | None]:
+        """When each campaign last accepted a report (unix seconds; None: never)."""
+        found = [self.layout(campaign_id) for campaign_id in campaign_ids]
+        parts = self._sum_shards(found, lambda pipe, lay, s: pipe.hget(lay.state_key(s), "last_ms"))
+        return {
+            layout.campaign_id: max((int(ms) / 1000 for ms in shard_times if ms), default=None)
+            for layout, shard_times in zip(found, parts, strict=True)
+        }
 
     # -- estimate cache ----------------------------------------------------------------
 
@@ -603,10 +906,10 @@ class CampaignStore:
         """
         key = self.ESTIMATE_KEY.format(id=campaign_id, variant=variant)
         try:
-            with self.connection.pipeline(transaction=True) as pipe:
-                pipe.hset(key, mapping={"counts_digest": counts_digest, "body": body})
-                pipe.expire(key, ESTIMATE_CACHE_TTL_S)
-                pipe.execute()
+            pipe = self.connection.pipeline(transaction=False)
+            pipe.hset(key, mapping={"counts_digest": counts_digest, "body": body})
+            pipe.expire(key, ESTIMATE_CACHE_TTL_S)
+            pipe.execute()
         except redis.ResponseError as exc:
             if not is_out_of_memory(exc):
                 raise
@@ -615,8 +918,15 @@ class CampaignStore:
             )
 
     def iter_reports(self, campaign_id: str, *, chunk: int = EXPORT_CHUNK) -> Iterator[dict]:
-        """Every stored report, oldest first: ``report_id``, ``value``, ``received_at``."""
-        key = self.STREAM_KEY.format(id=campaign_id)
+        """Every kept raw report, oldest first: ``report_id``, ``value``, ``received_at``."""
+        layout = self.layout(campaign_id)
+        streams = [
+            self._iter_stream(layout.stream_key(shard), chunk) for shard in range(layout.shards)
+        ]
+        for _, report in heapq.merge(*streams, key=lambda entry: entry[0]):
+            yield report
+
+    def _iter_stream(self, key: str, chunk: int) -> Iterable[tuple[tuple[int, int], dict]]:
         start = "-"
         while True:
             entries = cast(
@@ -624,11 +934,46 @@ class CampaignStore:
                 self.connection.xrange(key, min=start, max="+", count=chunk),
             )
             for entry_id, fields in entries:
-                yield {
-                    "report_id": fields[b"report_id"].decode(),
-                    "value": json.loads(fields[b"value"]),
-                    "received_at": int(entry_id.split(b"-")[0]) / 1000,
-                }
+                ms, sequence = entry_id.split(b"-")
+                yield (
+                    (int(ms), int(sequence)),
+                    {
+                        "report_id": fields[b"report_id"].decode(),
+                        "value": json.loads(fields[b"value"]),
+                        "received_at": int(ms) / 1000,
+                    },
+                )
             if len(entries) < chunk:
                 return
             start = "(" + entries[-1][0].decode()
+
+    def has_raw_reports(self, campaign_id: str) -> bool:
+        """Whether any raw report of the campaign is stored."""
+        layout = self.layout(campaign_id)
+        (lengths,) = self._sum_shards([layout], lambda pipe, lay, s: pipe.xlen(lay.stream_key(s)))
+        return any(lengths)
+
+
+@dataclass(frozen=True)
+class _Admission:
+    """admit.lua's keys (submissions, budget, campaign's admitted reports) and limits."""
+
+    keys: tuple[str, str, str]
+    limit: int
+    window_s: int
+    budget: int
+    budget_window_s: int
+    quota: int
+
+    @property
+    def campaign_id(self) -> str:
+        # ldp:{c:<id>}:admitted
+        return self.keys[2][len("ldp:{c:") : -len("}:admitted")]
+
+    @property
+    def needed(self) -> bool:
+        return bool(self.limit or self.budget or self.quota)
+
+    @property
+    def reserves(self) -> bool:
+        return bool(self.budget or self.quota)

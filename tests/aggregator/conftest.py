@@ -29,7 +29,8 @@ def redis_url(redis_server):
 @pytest.fixture
 def store(redis_url):
     connection = redis.Redis.from_url(redis_url)
-    yield CampaignStore(connection)
+    # Most tests look at the raw reports too; the default (counts only) has tests of its own.
+    yield CampaignStore(connection, raw_reports="keep")
     connection.close()
 
 
@@ -41,6 +42,7 @@ def config(redis_url):
         "ANALYST_TOKEN": ANALYST_TOKEN,
         "RATELIMIT_REPORTS": "10000 per minute",
         "REPORT_BUDGET": "10000000 per hour",
+        "RAW_REPORTS": "keep",
     }
 
 

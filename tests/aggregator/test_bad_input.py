@@ -24,7 +24,7 @@ MAX_BATCH = 50
 
 def state(store: CampaignStore, campaign_id: str) -> tuple:
     """Everything a submission could change: counts, hourly counts, stream, report total."""
-    stream = store.connection.xlen(store.STREAM_KEY.format(id=campaign_id))
+    stream = len(list(store.iter_reports(campaign_id)))
     hourly = store.hourly_counts(campaign_id)
     return store.counts(campaign_id), hourly, stream, store.get_campaign(campaign_id).n_reports
 

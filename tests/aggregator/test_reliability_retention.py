@@ -18,10 +18,13 @@ def reports(n: int) -> list[StoredReport]:
 
 
 def test_old_raw_reports_are_trimmed_on_write_and_counts_stay(redis_url):
-    store = CampaignStore(redis.Redis.from_url(redis_url), retention_s=30 * DAY_S)
+    store = CampaignStore(
+        redis.Redis.from_url(redis_url), retention_s=30 * DAY_S, raw_reports="keep", shards=1
+    )
     store.create_campaign(CampaignSpec.from_dict(KRR_SPEC), now=NOW - 60 * DAY_S)
     connection = store.connection
-    stream = CampaignStore.STREAM_KEY.format(id="fruit")
+    layout = store.layout("fruit")
+    stream = layout.stream_key(0)
     # Stream ids are stamped by Redis; old entries are planted with explicit old ids.
     for i in range(5):
         connection.xadd(
@@ -29,7 +32,7 @@ def test_old_raw_reports_are_trimmed_on_write_and_counts_stay(redis_url):
             {"report_id": new_id(), "y": 0, "value": '"apple"'},
             id=f"{int((NOW - 40 * DAY_S) * 1000)}-{i}",
         )
-    connection.hincrby(CampaignStore.COUNTS_KEY.format(id="fruit"), 0, 5)
+    connection.hincrby(layout.counts_key(0), 0, 5)
     store.ingest("fruit", reports(8), now=NOW)
     # The clock of the Redis server is today's, so the fresh entries are newer than NOW.
     assert connection.xlen(stream) == 8
@@ -37,13 +40,13 @@ def test_old_raw_reports_are_trimmed_on_write_and_counts_stay(redis_url):
 
 
 def test_trim_all_reaches_campaigns_without_new_reports(redis_url):
-    store = CampaignStore(redis.Redis.from_url(redis_url))
+    store = CampaignStore(redis.Redis.from_url(redis_url), raw_reports="keep")
     store.create_campaign(CampaignSpec.from_dict(KRR_SPEC))
     store.ingest("fruit", reports(6))
     assert trim_all(store, 30 * DAY_S) == {"fruit": 0}
     # A retention of zero seconds from a moment in the future drops everything.
     assert trim_all(store, 1.0, now=4_000_000_000.0) == {"fruit": 6}
-    assert store.connection.xlen(CampaignStore.STREAM_KEY.format(id="fruit")) == 0
+    assert list(store.iter_reports("fruit")) == []
     assert sum(store.counts("fruit").values()) == 6
 
 
@@ -68,7 +71,8 @@ def test_no_client_address_is_stored_with_reports(client, admin, redis_url):
         )
         assert response.status_code == 200
     connection = redis.Redis.from_url(redis_url)
-    entries = connection.xrange(CampaignStore.STREAM_KEY.format(id="fruit"))
+    keys = connection.keys("ldp:{c:fruit:*}:reports")
+    entries = [entry for key in keys for entry in connection.xrange(key)]
     assert len(entries) == 2
     assert all(set(fields) == {b"report_id", b"y", b"value"} for _, fields in entries)
     # Only rate-limit counters know the address, in their key names, and they expire.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 from aggregator_testdata import KRR_SPEC, PLANAR_SPEC, new_id
@@ -13,6 +14,7 @@ from aggregator.storage.store import (
     CampaignClosed,
     CampaignExists,
     CampaignNotFound,
+    CampaignStore,
     StoredReport,
 )
 from shared.errors import SpecError
@@ -89,15 +91,21 @@ def test_status_must_be_known(store):
         store.set_status(KRR.id, "paused")
 
 
-def test_stream_keeps_every_accepted_report_in_order(store):
+def test_stream_keeps_every_accepted_report_oldest_batch_first(store):
     store.create_campaign(KRR)
     batch = reports(3, 0, 2, 2, 1)
     store.ingest(KRR.id, batch[:3], now=100.0)
+    time.sleep(0.002)  # stream ids are Redis's milliseconds
     store.ingest(KRR.id, [*batch[3:], batch[0]], now=200.0)
     exported = list(store.iter_reports(KRR.id, chunk=2))
-    assert [r["report_id"] for r in exported] == [r.report_id for r in batch]
-    assert [r["value"] for r in exported] == [r.value for r in batch]
-    assert all(r["received_at"] > 0 for r in exported)
+    # The shards keep a batch's reports each in its own stream: within a batch (the same
+    # millisecond) the order is the shards'; batches come oldest first.
+    sent = {r.report_id: r.value for r in batch}
+    assert {r["report_id"] for r in exported[:3]} == {r.report_id for r in batch[:3]}
+    assert {r["report_id"] for r in exported[3:]} == {r.report_id for r in batch[3:]}
+    assert all(r["value"] == sent[r["report_id"]] for r in exported)
+    times = [r["received_at"] for r in exported]
+    assert times == sorted(times) and times[0] > 0
 
 
 def test_hourly_counts_bucket_by_hour(store):
@@ -108,22 +116,42 @@ def test_hourly_counts_bucket_by_hour(store):
     assert store.hourly_counts(KRR.id) == [(7200, 3), (18000, 1)]
 
 
-def test_every_key_of_a_campaign_shares_one_cluster_slot(store):
+def test_each_shard_of_a_campaign_keeps_its_keys_in_one_slot(store):
     store.create_campaign(KRR)
-    store.ingest(KRR.id, reports(0, 1))
-    keys = [k for k in store.connection.keys("*") if k != store.INDEX_KEY.encode()]
-    assert len(keys) >= 6  # campaign, counts, hourly, stream, two seen keys
-    assert all(k.startswith(b"ldp:{c:fruit}:") for k in keys)
-    assert len({key_slot(k) for k in keys}) == 1
+    store.ingest(KRR.id, reports(*[i % 4 for i in range(200)]))
+    keys = [k.decode() for k in store.connection.keys("*") if k != store.INDEX_KEY.encode()]
+    layout = store.layout(KRR.id)
+    assert layout.shards == 16
+    by_tag: dict[str, set[int]] = {}
+    for key in keys:
+        tag = key[key.index("{") : key.index("}") + 1]
+        by_tag.setdefault(tag, set()).add(key_slot(key.encode()))
+    # The record (and the campaign's counters) under {c:fruit}; every shard under its own tag.
+    assert set(by_tag) == {"{c:fruit}"} | {f"{{c:fruit:{s}}}" for s in range(16)}
+    assert all(len(slots) == 1 for slots in by_tag.values())
+    assert len({next(iter(slots)) for slots in by_tag.values()}) == 17
 
 
-def test_seen_keys_expire_after_the_retention(store):
+def test_report_ids_are_remembered_for_the_ttl_in_sets_that_expire_whole(store):
     store.report_id_ttl_s = 1234
+    store.max_reports = 3000  # buckets are sized for the quota: one per shard here
     store.create_campaign(KRR)
-    (report,) = reports(0)
-    store.ingest(KRR.id, [report])
-    key = store.SEEN_KEY.format(id=KRR.id, report_id=report.report_id)
-    assert 0 < store.connection.ttl(key) <= 1234
+    layout = store.layout(KRR.id)
+    assert (layout.window_s, layout.buckets) == (617, 1) and layout.report_id_ttl_s >= 1234
+    batch = reports(*[i % 4 for i in range(300)])
+    now = time.time()
+    store.ingest(KRR.id, batch, now=now)
+    seen = [k for k in store.connection.keys("ldp:{c:fruit:*}:seen:*")]
+    # Far fewer keys than reports, each a compact set of 64-bit integers.
+    assert 0 < len(seen) <= 16
+    assert {store.connection.object("encoding", k) for k in seen} == {b"intset"}
+    assert sum(store.connection.scard(k) for k in seen) == 300
+    ttls = {store.connection.ttl(k) for k in seen}
+    # Set expire when their window is two windows old: 2 to 3 windows after the report.
+    assert all(1234 - 2 <= ttl <= 3 * 617 for ttl in ttls)
+    # A retry within the TTL, in a later window, is still a duplicate.
+    retry = store.ingest(KRR.id, batch[:10], now=now + 1200)
+    assert (retry.accepted, retry.duplicates) == (0, 10)
 
 
 def test_concurrent_retries_count_each_report_once(store):
@@ -155,7 +183,8 @@ def test_stored_values_are_json(store):
     planar = CampaignSpec.from_dict(PLANAR_SPEC)
     store.create_campaign(planar)
     store.ingest(planar.id, [StoredReport(new_id(), 3, {"lat": 37.771, "lon": -122.419})])
-    raw = store.connection.xrange(store.STREAM_KEY.format(id=planar.id))
+    layout = store.layout(planar.id)
+    raw = [e for s in range(layout.shards) for e in store.connection.xrange(layout.stream_key(s))]
     assert json.loads(raw[0][1][b"value"]) == {"lat": 37.771, "lon": -122.419}
 
 
@@ -165,7 +194,7 @@ def test_a_spec_is_read_and_parsed_once_per_store(store, monkeypatch):
     store.create_campaign(KRR)
     first = store.get_campaign(KRR.id)
     # Corrupt the stored spec: a store that re-read it would now fail to parse it.
-    store.connection.hset(store.CAMPAIGN_KEY.format(id=KRR.id), "spec", "{not json")
+    store.connection.hset(store.layout(KRR.id).record_key, "spec", "{not json")
     again = store.get_campaign(KRR.id)
     assert again.spec is first.spec
     assert again.mechanism is first.mechanism
@@ -197,3 +226,31 @@ def test_a_campaign_from_before_the_distortion_limit_stays_readable(store):
     assert store.get_campaign("wide").spec == spec
     assert [c.spec.id for c in store.list_campaigns()] == ["wide"]
     assert store.ingest("wide", [StoredReport(new_id(), 0, "r0c0")]).accepted == 1
+
+
+def test_a_write_no_replica_confirmed_is_not_acknowledged_and_a_retry_is_a_duplicate(store):
+    from aggregator.storage.cluster import NotAcknowledged
+
+    waiting = CampaignStore(store.connection, ack_replicas=1, ack_timeout_ms=50)
+    waiting.create_campaign(KRR)
+    batch = reports(0, 1, 2)
+    with pytest.raises(NotAcknowledged, match="reached 0 of 1 replicas"):
+        waiting.ingest(KRR.id, batch)
+    # The master has the reports: sent again they are duplicates, counted once.
+    retried = store.ingest(KRR.id, batch)
+    assert (retried.accepted, retried.duplicates) == (0, 3)
+    assert store.get_campaign(KRR.id).n_reports == 3
+
+
+def test_the_report_endpoint_answers_503_with_retry_after_when_replicas_do_not_confirm(config):
+    from aggregator.app import create_app
+
+    client = create_app({**config, "ACK_REPLICAS": 1, "ACK_TIMEOUT_MS": 50}).test_client()
+    admin = {"Authorization": "Bearer " + config["ADMIN_TOKEN"]}
+    assert client.post("/api/v1/campaigns", json=KRR_SPEC, headers=admin).status_code == 201
+    response = client.post(
+        "/api/v1/campaigns/fruit/reports", json={"report_id": new_id(), "value": "apple"}
+    )
+    assert response.status_code == 503
+    assert response.get_json()["error"]["code"] == "storage_unavailable"
+    assert int(response.headers["Retry-After"]) > 0

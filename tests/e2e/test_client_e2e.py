@@ -291,6 +291,9 @@ def test_a_spec_changed_behind_the_api_is_refused(live_server, reporter_at):
             f"ldp:{{c:{campaign_id}}}:campaign",
             mapping={"spec": altered.canonical_json(), "spec_hash": altered.spec_hash},
         )
+        # Each shard keeps a copy of the spec hash, checked by the ingestion script.
+        for shard_state in connection.scan_iter(match=f"ldp:{{c:{campaign_id}:*}}:state"):
+            connection.hset(shard_state, "spec_hash", altered.spec_hash)
     finally:
         connection.close()
     served = requests.get(f"{live_server.url}/api/v1/campaigns/{campaign_id}", timeout=10).json()
@@ -375,6 +378,9 @@ def test_the_server_refuses_a_tampered_queued_report(live_server, proxy, reporte
             f"ldp:{{c:{campaign_id}}}:campaign",
             mapping={"spec": altered.canonical_json(), "spec_hash": altered.spec_hash},
         )
+        # Each shard keeps a copy of the spec hash, checked by the ingestion script.
+        for shard_state in connection.scan_iter(match=f"ldp:{{c:{campaign_id}:*}}:state"):
+            connection.hset(shard_state, "spec_hash", altered.spec_hash)
     finally:
         connection.close()
     proxy.start()

@@ -1,150 +1,126 @@
--- Ingest a batch of validated reports into one campaign, atomically.
+-- Ingest the reports of one batch that belong to one shard of a campaign, atomically.
 --
--- KEYS[1] campaign hash   KEYS[2] counts hash   KEYS[3] hourly counts hash
--- KEYS[4] report stream   KEYS[5] unused enrollment tokens (set of SHA-256 hex digests)
--- KEYS[6] rate-limit counter of this client and window (submissions)
--- KEYS[7] report-budget counter of this client and window (new reports)
--- KEYS[8..] one "seen" key per report (report id dedupe): a common prefix, then the id
--- ARGV[1] dedupe retention in seconds   ARGV[2] hour bucket (unix seconds)
--- ARGV[3] 1 if the campaign requires enrollment, else 0
--- ARGV[4] retention: stream entries older than this id (unix ms) are trimmed; 0 keeps all
--- ARGV[5] the spec hash the reports were validated against ('' to skip the check)
--- ARGV[6] submissions allowed per window (0: no limit)   ARGV[7] window in seconds
--- ARGV[8] new reports allowed per budget window (0: no budget)   ARGV[9] its window in s
--- ARGV[10] most reports the campaign may hold (0: no quota)
--- ARGV[11] length of the seen keys' prefix (the report id is the rest of the key)
--- ARGV[12] the number D of distinct outputs in the batch, then D pairs (output index,
--- value JSON); then per report: its output index and, only if ARGV[3] is 1, its token digest
+-- KEYS[1] shard state hash (status, spec_hash, n_reports, last_ms)   KEYS[2] counts hash
+-- KEYS[3] hourly counts hash   KEYS[4] raw report stream   KEYS[5] unused enrollment tokens
+-- KEYS[6..] deduplication sets, three per bucket the batch touches: the bucket's set in
+-- the current window, then in the two windows before (aggregator.storage.layout)
+-- ARGV[1] 1 to check only (write nothing), else 0
+-- ARGV[2] the spec hash the reports were validated against ('' to skip the check)
+-- ARGV[3] hour bucket (unix seconds)   ARGV[4] now (unix ms)
+-- ARGV[5] 1 if the campaign requires enrollment, else 0
+-- ARGV[6] 1 to keep raw reports in the stream, else 0
+-- ARGV[7] stream entries older than this id (unix ms) are trimmed; 0 keeps all
+-- ARGV[8] seconds until the current window's sets expire
+-- ARGV[9] the number D of distinct outputs whose wire value follows (0 unless raw reports
+-- are kept), then D pairs (output index, value JSON); then per report: its bucket's number
+-- b (its sets are KEYS[6 + 3b .. 8 + 3b]), the integer standing for its id, its output
+-- index, its token digest (only if ARGV[5] is 1) and its id (only if ARGV[6] is 1)
 --
--- Returns {status, accepted, duplicates, index, hits, ttl}; status STORED, NO_CAMPAIGN,
--- CLOSED, NO_TOKEN (report number `index` (1-based) has no unused enrollment token),
--- SPEC_CHANGED (the campaign's spec hash is not ARGV[5]: validated against a spec no longer
--- stored), RATE_LIMITED, OVER_BUDGET (the new reports would overdraw the client's report
--- budget; `ttl`: seconds left in the budget window) or OVER_QUOTA (they would take the
--- campaign past its quota). `hits` is this window's submissions so far and `ttl` the
--- seconds left in it (both 0 without a limit). Nothing is written unless the status is STORED,
--- except the rate-limit counter (all statuses but NO_CAMPAIGN and SPEC_CHANGED). A report id already stored is
--- a duplicate whatever its token (a retry must not be refused because its token was spent
--- by itself), and duplicates count against neither the budget nor the quota.
+-- Returns {status, accepted, duplicates, index}: status STORED, NO_CAMPAIGN, CLOSED,
+-- NO_TOKEN (report number `index` (1-based, in this shard's list) has no unused enrollment
+-- token) or SPEC_CHANGED (the shard's spec hash is not ARGV[2]). Nothing is written unless the status is
+-- STORED; when checking only, `accepted` is the number of new reports the call would store.
+-- A report id already stored is a duplicate whatever its token (a retry must not be refused
+-- because its token was spent by itself).
 -- Status codes (aggregator.storage.store.IngestStatus has the same names and values).
 local STORED, NO_CAMPAIGN, CLOSED, NO_TOKEN, SPEC_CHANGED = 0, 1, 2, 3, 4
-local RATE_LIMITED, OVER_BUDGET, OVER_QUOTA = 5, 6, 7
 
-local meta = redis.call('HMGET', KEYS[1], 'status', 'spec_hash')
-local status = meta[1]
-if not status then
-  return {NO_CAMPAIGN, 0, 0, 0, 0, 0}
+local state = redis.call('HMGET', KEYS[1], 'status', 'spec_hash')
+if not state[1] then
+  return {NO_CAMPAIGN, 0, 0, 0}
 end
-if ARGV[5] ~= '' and meta[2] ~= ARGV[5] then
-  return {SPEC_CHANGED, 0, 0, 0, 0, 0}
+if ARGV[2] ~= '' and state[2] ~= ARGV[2] then
+  return {SPEC_CHANGED, 0, 0, 0}
 end
-local limit = tonumber(ARGV[6])
-local hits, window_ttl = 0, 0
-if limit > 0 then
-  hits = redis.call('INCR', KEYS[6])
-  if hits == 1 then
-    redis.call('EXPIRE', KEYS[6], ARGV[7])
-  end
-  window_ttl = redis.call('TTL', KEYS[6])
-  if hits > limit then
-    return {RATE_LIMITED, 0, 0, 0, hits, window_ttl}
-  end
+if state[1] ~= 'open' then
+  return {CLOSED, 0, 0, 0}
 end
-if status ~= 'open' then
-  return {CLOSED, 0, 0, 0, hits, window_ttl}
-end
-local ttl = ARGV[1]
-local hour = ARGV[2]
-local enrollment = ARGV[3] == '1'
-local min_id = tonumber(ARGV[4])
-local n = #KEYS - 7
-local stride = enrollment and 2 or 1
-local id_from = tonumber(ARGV[11]) + 1
+local check_only = ARGV[1] == '1'
+local enrollment = ARGV[5] == '1'
+local keep = ARGV[6] == '1'
+local stride = 3 + (enrollment and 1 or 0) + (keep and 1 or 0)
 local values = {}
-local n_values = tonumber(ARGV[12])
+local n_values = tonumber(ARGV[9])
 for v = 0, n_values - 1 do
-  values[ARGV[13 + 2 * v]] = ARGV[14 + 2 * v]
+  values[ARGV[10 + 2 * v]] = ARGV[11 + 2 * v]
 end
-local first = 13 + 2 * n_values
+local first = 10 + 2 * n_values
+local n = (#ARGV - first + 1) / stride
 
--- The batch's reports not stored yet (distinct ids without a dedupe key): counted only
--- when the batch's size alone would overdraw the budget or the quota.
-local fresh = nil
-local function count_fresh()
-  if not fresh then
-    local ids = {}
-    fresh = 0
-    for r = 1, n do
-      local key = KEYS[7 + r]
-      if not ids[key] then
-        ids[key] = true
-        if redis.call('EXISTS', key) == 0 then
-          fresh = fresh + 1
-        end
-      end
+-- Whether report r's id is new: in none of its bucket's live sets, nor earlier in the batch.
+local in_batch = {}
+local function is_new(r)
+  local base = first + stride * (r - 1)
+  local set = 6 + 3 * tonumber(ARGV[base])
+  local member = ARGV[base + 1]
+  local name = ARGV[base] .. ':' .. member
+  if in_batch[name] then
+    return false
+  end
+  in_batch[name] = true
+  for age = 0, 2 do
+    if redis.call('SISMEMBER', KEYS[set + age], member) == 1 then
+      return false
     end
   end
-  return fresh
-end
-local budget = tonumber(ARGV[8])
-if budget > 0 then
-  local spent = tonumber(redis.call('GET', KEYS[7]) or '0')
-  if spent + n > budget and spent + count_fresh() > budget then
-    local budget_ttl = redis.call('TTL', KEYS[7])
-    if budget_ttl < 0 then
-      budget_ttl = tonumber(ARGV[9])
-    end
-    return {OVER_BUDGET, 0, 0, 0, hits, budget_ttl}
-  end
-end
-local quota = tonumber(ARGV[10])
-if quota > 0 then
-  local stored = tonumber(redis.call('HGET', KEYS[1], 'n_reports') or '0')
-  if stored + n > quota and stored + count_fresh() > quota then
-    return {OVER_QUOTA, 0, 0, 0, hits, window_ttl}
-  end
+  return true
 end
 
+local fresh = {}
+local n_fresh = 0
+for r = 1, n do
+  if is_new(r) then
+    fresh[r] = true
+    n_fresh = n_fresh + 1
+  end
+end
 if enrollment then
-  local ids, tokens = {}, {}
+  local tokens = {}
   for r = 1, n do
-    local base = first + stride * (r - 1)
-    local id, token = KEYS[7 + r], ARGV[base + 1]
-    if not ids[id] and redis.call('EXISTS', KEYS[7 + r]) == 0 then
-      ids[id] = true
+    if fresh[r] then
+      local token = ARGV[first + stride * (r - 1) + 3]
       if token == '' or tokens[token] or redis.call('SISMEMBER', KEYS[5], token) == 0 then
-        return {NO_TOKEN, 0, 0, r, hits, window_ttl}
+        return {NO_TOKEN, 0, 0, r}
       end
       tokens[token] = true
     end
   end
 end
+if check_only or n_fresh == 0 then
+  return {STORED, n_fresh, n - n_fresh, 0}
+end
 
-local accepted = 0
-local duplicates = 0
+local tally = {}
+local touched = {}
+local now_ms = ARGV[4]
 for r = 1, n do
-  local base = first + stride * (r - 1)
-  if redis.call('SET', KEYS[7 + r], '1', 'NX', 'EX', ttl) then
-    local output = ARGV[base]
+  if fresh[r] then
+    local base = first + stride * (r - 1)
+    local set = 6 + 3 * tonumber(ARGV[base])
+    local output = ARGV[base + 2]
+    redis.call('SADD', KEYS[set], ARGV[base + 1])
+    touched[set] = true
+    tally[output] = (tally[output] or 0) + 1
     if enrollment then
-      redis.call('SREM', KEYS[5], ARGV[base + 1])
+      redis.call('SREM', KEYS[5], ARGV[base + 3])
     end
-    redis.call('HINCRBY', KEYS[2], output, 1)
-    local report_id = string.sub(KEYS[7 + r], id_from)
-    redis.call('XADD', KEYS[4], '*', 'report_id', report_id, 'y', output, 'value', values[output])
-    accepted = accepted + 1
-  else
-    duplicates = duplicates + 1
+    if keep then
+      redis.call('XADD', KEYS[4], '*', 'report_id', ARGV[base + stride - 1], 'y', output,
+        'value', values[output])
+    end
   end
 end
-if accepted > 0 then
-  if budget > 0 and redis.call('INCRBY', KEYS[7], accepted) == accepted then
-    redis.call('EXPIRE', KEYS[7], ARGV[9])
-  end
-  redis.call('HINCRBY', KEYS[1], 'n_reports', accepted)
-  redis.call('HINCRBY', KEYS[3], hour, accepted)
-  if min_id > 0 then
-    redis.call('XTRIM', KEYS[4], 'MINID', min_id)
-  end
+for set in pairs(touched) do
+  redis.call('EXPIRE', KEYS[set], ARGV[8])
 end
-return {STORED, accepted, duplicates, 0, hits, window_ttl}
+for output, count in pairs(tally) do
+  redis.call('HINCRBY', KEYS[2], output, count)
+end
+redis.call('HINCRBY', KEYS[1], 'n_reports', n_fresh)
+redis.call('HSET', KEYS[1], 'last_ms', now_ms)
+redis.call('HINCRBY', KEYS[3], ARGV[3], n_fresh)
+local min_id = tonumber(ARGV[7])
+if keep and min_id > 0 then
+  redis.call('XTRIM', KEYS[4], 'MINID', min_id)
+end
+return {STORED, n_fresh, n - n_fresh, 0}

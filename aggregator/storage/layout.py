@@ -1,0 +1,140 @@
+"""Where a campaign's data lives: its keys, its shards and its deduplication buckets.
+
+A campaign's record (spec, status, creation time and the layout below) sits under
+the hash tag ``{c:<id>}``. Its per-report state is split into ``shards`` shards,
+each under its own hash tag ``{c:<id>:<shard>}``, so that on a Redis Cluster the
+shards spread over the masters while everything one report touches stays in one
+slot (one atomic script per shard). A shard holds:
+
+- ``state``: the campaign's status and spec hash (copied from the record, so the
+  ingestion script checks them without leaving its slot), reports stored, last report;
+- ``counts`` and ``hourly``: reports per output index and per hour;
+- ``enrollment``: the unused enrollment tokens routed to the shard;
+- ``reports``: the raw reports, only when they are kept (``LDP_RAW_REPORTS=keep``);
+- ``seen:<window>:<bucket>``: deduplication sets.
+
+A report id is remembered as a 64-bit integer (from a 128-bit BLAKE2b hash of
+the id) in one of ``buckets`` sets of the current time window; small integer sets
+use Redis's compact ``intset`` encoding, 8 bytes a member, instead of a key per
+report. A window lasts ``window_s`` and its sets expire whole
+:data:`WINDOWS_LIVE` windows after it began, so an id is remembered for at least
+``(WINDOWS_LIVE - 1) * window_s`` (the report-id TTL) and at most a window more,
+and is looked up in the :data:`WINDOWS_LIVE` windows still alive.
+
+The layout of a campaign is fixed when it is created and stored in its record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+# Layout of campaigns stored by this version (1: one hash tag and a key per report id).
+LAYOUT = 2
+DEFAULT_SHARDS = 16
+MAX_SHARDS = 1024
+# Windows a report id is looked up in: the current one and the ones before, still alive.
+WINDOWS_LIVE = 3
+# Share of Redis's set-max-intset-entries a bucket is sized to hold on average: bucket
+# sizes scatter (Poisson) and a bucket over the limit costs 5x the memory, not correctness.
+BUCKET_FILL = 0.75
+# Redis's own default of set-max-intset-entries, assumed when the server does not say.
+REDIS_DEFAULT_INTSET_ENTRIES = 512
+# Reports a campaign without a quota is sized for.
+UNBOUNDED_CAMPAIGN_REPORTS = 10**9
+
+
+def buckets_for(expected_reports: int, shards: int, intset_entries: int) -> int:
+    """Buckets per shard and window so that ``expected_reports`` fit in compact sets.
+
+    A power of two, at least 1: ``expected_reports`` (the campaign's quota) spread
+    over the shards, :data:`BUCKET_FILL` of ``intset_entries`` to a bucket.
+    """
+    per_bucket = max(int(intset_entries * BUCKET_FILL), 1)
+    needed = max(math.ceil(expected_reports / (shards * per_bucket)), 1)
+    return 1 << (needed - 1).bit_length()
+
+
+def window_for(report_id_ttl_s: int) -> int:
+    """The window length that remembers a report id for at least ``report_id_ttl_s``."""
+    return max(math.ceil(report_id_ttl_s / (WINDOWS_LIVE - 1)), 1)
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one report goes: its shard, its bucket and the integer that stands for its id."""
+
+    shard: int
+    bucket: int
+    member: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The keys and the routing of one campaign (see the module's docstring)."""
+
+    campaign_id: str
+    shards: int
+    buckets: int
+    window_s: int
+
+    @property
+    def record_key(self) -> str:
+        return f"ldp:{{c:{self.campaign_id}}}:campaign"
+
+    def _shard_key(self, shard: int, name: str) -> str:
+        return f"ldp:{{c:{self.campaign_id}:{shard}}}:{name}"
+
+    def state_key(self, shard: int) -> str:
+        return self._shard_key(shard, "state")
+
+    def counts_key(self, shard: int) -> str:
+        return self._shard_key(shard, "counts")
+
+    def hourly_key(self, shard: int) -> str:
+        return self._shard_key(shard, "hourly")
+
+    def tokens_key(self, shard: int) -> str:
+        return self._shard_key(shard, "enrollment")
+
+    def stream_key(self, shard: int) -> str:
+        return self._shard_key(shard, "reports")
+
+    def seen_key(self, shard: int, window: int, bucket: int) -> str:
+        return self._shard_key(shard, f"seen:{window}:{bucket}")
+
+    def route(self, report_id: str, token_digest: str | None = None) -> Route:
+        """Shard, bucket and member of a report.
+
+        The shard comes from the enrollment token's digest when there is one (the
+        token is spent in the same atomic step, so it must live in the same shard),
+        else from the report id; bucket and member always come from the id, so a
+        retried report (same id, same token) finds itself.
+        """
+        digest = hashlib.blake2b(report_id.encode("utf-8"), digest_size=16).digest()
+        member = int.from_bytes(digest[:8], "big", signed=True)
+        bucket = int.from_bytes(digest[8:12], "big") % self.buckets
+        if token_digest is None:
+            shard = int.from_bytes(digest[12:], "big") % self.shards
+        else:
+            shard = self.token_shard(token_digest)
+        return Route(shard, bucket, member)
+
+    def token_shard(self, token_digest: str) -> int:
+        """The shard that keeps an enrollment token (by its SHA-256 hex digest)."""
+        return int(token_digest[:8], 16) % self.shards
+
+    def windows(self, now: float) -> tuple[int, ...]:
+        """The windows alive at ``now``, current first."""
+        current = int(now // self.window_s)
+        return tuple(current - age for age in range(WINDOWS_LIVE))
+
+    def expires_at(self, window: int) -> int:
+        """When (unix seconds) the sets of ``window`` expire."""
+        return (window + WINDOWS_LIVE) * self.window_s
+
+    @property
+    def report_id_ttl_s(self) -> int:
+        """How long a report id is remembered at least."""
+        return (WINDOWS_LIVE - 1) * self.window_s
