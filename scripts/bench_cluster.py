@@ -218,7 +218,8 @@ def stored_bytes_per_report() -> tuple[float, str] | None:
     )
     if section is None:
         return None
-    figure = re.search(r"([\d.]+)\s*bytes per (?:accepted )?report", section.group(1))
+    # Its table's row of the default settings: | default (counts only) | reports | bytes | ...
+    figure = re.search(r"^\| default[^|]*\|[^|]*\|\s*([\d.]+)\s*\|", section.group(1), re.M)
     if figure is None:
         return None
     return float(figure.group(1)), "the store-memory section of BENCHMARKS.md (10^6 reports)"

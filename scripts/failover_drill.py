@@ -53,6 +53,7 @@ if str(ROOT) not in sys.path:
 import redis  # noqa: E402
 import requests  # noqa: E402
 
+from aggregator.storage.layout import Layout  # noqa: E402
 from scripts import clusterlib  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
 from scripts.redis_cluster import binary, wait_until  # noqa: E402
@@ -313,8 +314,6 @@ def audit(
 
 def run(config: DrillConfig, workdir: Path | None = None) -> DrillFigures:
     """Run the drill once and return its figures; the cluster and servers stop in any case."""
-    from aggregator.storage.shards import report_shard
-
     figures = DrillFigures()
     base = Path(tempfile.mkdtemp(prefix="ldp-drill-", dir=workdir))
     started = time.monotonic()
@@ -386,7 +385,8 @@ def run(config: DrillConfig, workdir: Path | None = None) -> DrillFigures:
                 window = client_failover(
                     attempts,
                     set(figures.failover.victim_shards),
-                    lambda report_id: report_shard(report_id, config.shards),
+                    # Only the shard count matters to the shard of a report without a token.
+                    lambda report_id: Layout(CAMPAIGN, config.shards, 1, 1).route(report_id).shard,
                     figures.failover.killed_at,
                 )
                 figures.client_failover_s, figures.window_attempts, figures.window_failed = window
