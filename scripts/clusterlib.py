@@ -115,9 +115,14 @@ def start_detached(command: Sequence[str]) -> None:
 def aggregator_servers(
     redis_url: str, count: int, log_dir: Path, *, workers: int = 2, env: dict | None = None
 ) -> Iterator[list[ServerProcess]]:
-    """``count`` ``ldp-aggregator serve`` processes on one Redis, stopped when the block ends."""
+    """``count`` ``ldp-aggregator serve`` processes on one Redis, stopped when the block ends.
+
+    They run with the default settings but for the shared secret key, ``env`` and
+    the load harness's high rate limits (its raw-report stream, kept there for its
+    audit, is turned back off: the default).
+    """
     log_dir.mkdir(parents=True, exist_ok=True)
-    settings = {"LDP_SECRET_KEY": SECRET_KEY, **(env or {})}
+    settings = {"LDP_SECRET_KEY": SECRET_KEY, "LDP_RAW_REPORTS": "off", **(env or {})}
     servers: list[ServerProcess] = []
     try:
         for index in range(count):
