@@ -131,7 +131,6 @@ def server_settings(config: DrillConfig, **more: str) -> dict[str, str]:
         "LDP_SHARDS": str(config.shards),
         "LDP_RATELIMIT_REPORTS": "100000000 per minute",
         "LDP_REPORT_BUDGET": "1000000000 per hour",
-        "LDP_CAMPAIGN_MAX_REPORTS": "0",
         **more,
     }
 
