@@ -45,11 +45,12 @@ CLUSTER_NODES = 6
 CONNECTION_ERROR = "connection error"
 
 
-def free_port_run(count: int, first: int = 21000, last: int = 45000) -> int:
+def free_port_run(count: int, first: int = 30000, last: int = 45000) -> int:
     """``count`` consecutive free ports whose cluster bus ports (+10000) are free: the first.
 
     The search starts at a random place, so that scripts run side by side on one
-    machine rarely reach for the same ports at the same moment.
+    machine rarely reach for the same ports at the same moment (``redis_cluster.py
+    start`` takes a node that already answers on a port for one of its own).
     """
     offset = random.randrange(first, last)
     for base in [*range(offset, last, 97), *range(first, offset, 97)]:
