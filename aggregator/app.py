@@ -20,7 +20,7 @@ from flask.sessions import SecureCookieSessionInterface, SessionMixin
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from aggregator import dashboard
-from aggregator.http import cors, enrollment, openapi, ratelimits, routes
+from aggregator.http import cors, enrollment, metrics, openapi, ratelimits, routes
 from aggregator.http.errors import register_error_handlers
 from aggregator.http.estimates import LIMITS_EXTENSION, EstimateLimits
 from aggregator.services import EXTENSION, SETTINGS_EXTENSION, StoreHandle
@@ -78,7 +78,8 @@ def create_app(test_config: Settings | Mapping[str, Any] | None = None) -> flask
     app.extensions[LIMITS_EXTENSION] = EstimateLimits(
         max_work=settings.estimate_max_work, timeout_s=settings.estimate_timeout_s
     )
-    register_error_handlers(app)
+    app_metrics = metrics.init_app(app)
+    register_error_handlers(app, on_redis_error=app_metrics.record_redis_error)
     cors.init_app(app)
     app.register_blueprint(routes.bp)
     app.register_blueprint(openapi.bp)

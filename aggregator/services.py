@@ -1,7 +1,7 @@
 """What an app keeps in ``app.extensions``: its settings and its store handle.
 
-Reached through :func:`current_settings`, :func:`get_store`, :func:`get_capacity`
-and :func:`get_channels`.
+Reached through :func:`current_settings`, :func:`get_store`, :func:`get_capacity`,
+:func:`get_channels` and :func:`get_redis_client`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import threading
 from typing import TYPE_CHECKING
 
 import flask
+import redis
 
 from aggregator.http.estimates import ChannelCache
 from aggregator.storage.capacity import CapacityGuard
-from aggregator.storage.cluster import Connection, default_ack_replicas, open_connection
+from aggregator.storage.cluster import Connection, open_connection
 from aggregator.storage.migrate import migrate_campaigns
 from aggregator.storage.redis_server import EmbeddedRedis, connect_url
 from aggregator.storage.store import CampaignStore
@@ -33,9 +34,6 @@ def open_store(url: str, settings: Settings) -> tuple[CampaignStore, Connection]
     (:func:`aggregator.storage.migrate.migrate_campaigns`).
     """
     connection = open_connection(url, health_check_interval=30)
-    ack_replicas = settings.ack_replicas
-    if ack_replicas is None:
-        ack_replicas = default_ack_replicas(connection)
     store = CampaignStore(
         connection,
         report_id_ttl_s=settings.report_id_ttl_s,
@@ -43,7 +41,7 @@ def open_store(url: str, settings: Settings) -> tuple[CampaignStore, Connection]
         raw_reports=settings.raw_reports,
         shards=settings.shards,
         max_reports=settings.campaign_max_reports,
-        ack_replicas=ack_replicas,
+        ack_replicas=settings.ack_replicas,
         ack_timeout_ms=settings.ack_timeout_ms,
     )
     migrate_campaigns(store)
@@ -58,6 +56,8 @@ class StoreHandle:
         self._lock = threading.Lock()
         self._store: CampaignStore | None = None
         self._capacity: CapacityGuard | None = None
+        self._client: Connection | None = None
+        self._url: str | None = None
         self.embedded: EmbeddedRedis | None = None
         self.channels = ChannelCache()
 
@@ -73,7 +73,9 @@ class StoreHandle:
                 )
                 if self.embedded is not None:
                     atexit.register(self.embedded.stop)
+                self._url = url
                 self._store, connection = open_store(url, settings)
+                self._client = connection
                 self._capacity = CapacityGuard(
                     connection,
                     high_water=settings.storage_high_water,
@@ -86,6 +88,21 @@ class StoreHandle:
         self.get()
         assert self._capacity is not None
         return self._capacity
+
+    def client(self) -> Connection:
+        """The Redis client the store uses (opens the store if needed), for the metrics' scrape.
+
+        If the store cannot be opened because its server does not answer, a client of
+        that server's URL, so that the scrape can show it down.
+        """
+        try:
+            self.get()
+        except redis.RedisError:
+            if self._url is None:
+                raise
+            return redis.Redis.from_url(self._url)
+        assert self._client is not None
+        return self._client
 
 
 def current_settings() -> Settings:
@@ -106,3 +123,8 @@ def get_capacity() -> CapacityGuard:
 def get_channels() -> ChannelCache:
     """The current app's per-process cache of channel operators."""
     return flask.current_app.extensions[EXTENSION].channels
+
+
+def get_redis_client() -> Connection:
+    """The current app's Redis client, for reading each node's state (``/metrics``)."""
+    return flask.current_app.extensions[EXTENSION].client()

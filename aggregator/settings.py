@@ -275,6 +275,12 @@ class Settings:
         None,
         "bearer token of the analyst role (the admin token also works), at least 32 characters",
     )
+    metrics_token: str | None = setting(
+        TOKEN,
+        None,
+        "bearer token `GET /metrics` asks of a scraper, at least 32 characters (unset: the "
+        "metrics are open, like `/api/v1/health`)",
+    )
     allow_weak_tokens: bool = setting(
         FLAG,
         False,
@@ -343,8 +349,8 @@ class Settings:
         Kind("choice", "one of off, keep", _choice(RAW_REPORTS_MODES)),
         RAW_REPORTS_OFF,
         "`keep`: keep every accepted raw report in Redis (for export; bounded by "
-        "`LDP_RETENTION_DAYS`), besides its count; `off`: keep counts only (about 10 bytes "
-        "a report instead of about 70)",
+        "`LDP_RETENTION_DAYS`), besides its count; `off`: keep counts only (about 9 bytes "
+        "a report instead of about 80)",
     )
     shards: int = setting(
         Kind("whole number", f"a whole number from 1 to {MAX_SHARDS}", _whole(1, MAX_SHARDS)),
@@ -355,8 +361,9 @@ class Settings:
     ack_replicas: int | None = setting(
         Kind("whole number or unset", "a whole number >= 0 or unset", _whole(0), optional=True),
         None,
-        "replicas a report must have reached (`WAIT`) before it is acknowledged (unset: 1 on "
-        "a Redis Cluster whose masters all have a replica, else 0)",
+        "replicas a report must have reached (`WAIT`) before it is acknowledged; a number is "
+        "waited for whatever happens (503 while a master lacks them); unset: 1 on a Redis "
+        "Cluster, or as many as the master has while it has fewer, and 0 on one server",
     )
     ack_timeout_ms: int = setting(
         POSITIVE_WHOLE,
@@ -385,7 +392,7 @@ class Settings:
         RATE_LIMIT,
         DEFAULT_PUBLIC_LIMIT,
         "requests per client address to each public endpoint (health, campaign list and "
-        "spec, OpenAPI document)",
+        "spec, OpenAPI document, metrics)",
     )
     ratelimit_login: str = setting(
         RATE_LIMIT, DEFAULT_LOGIN_LIMIT, "dashboard sign-in form posts per client address"
@@ -463,7 +470,7 @@ class Settings:
             except _Bad:
                 raise _refusal(field, raw) from None
             object.__setattr__(self, field.name, value)
-        for name in auth.TOKEN_SETTINGS:
+        for name in auth.STRONG_TOKEN_SETTINGS:
             try:
                 auth.check_token_strength(
                     {"ALLOW_WEAK_TOKENS": self.allow_weak_tokens, name: getattr(self, name.lower())}

@@ -76,6 +76,9 @@ class DrillConfig:
     latency_rounds: int = 10
     seed: int = 0
     cluster_url: str | None = None
+    # LDP_ACK_REPLICAS of the two drill processes: 1, strict (a master without a replica
+    # refuses reports); None leaves the store's default (as many as the master has).
+    ack_replicas: int | None = 1
 
 
 @dataclass
@@ -320,8 +323,11 @@ def run(config: DrillConfig, workdir: Path | None = None) -> DrillFigures:
         with clusterlib.local_cluster(base / "cluster", config.cluster_url) as url:
             logs = base / "logs"
             settings = server_settings(config)
+            drill_settings = dict(settings)
+            if config.ack_replicas is not None:
+                drill_settings["LDP_ACK_REPLICAS"] = str(config.ack_replicas)
             with clusterlib.aggregator_servers(
-                url, 2, logs, workers=config.workers, env=settings
+                url, 2, logs, workers=config.workers, env=drill_settings
             ) as servers:
                 server_urls = [server.url for server in servers]
                 clusterlib.create_campaign(server_urls[0], LATENCY_CAMPAIGN)
@@ -409,8 +415,9 @@ def markdown(config: DrillConfig, figures: DrillFigures) -> str:
     share = failed_in_window / figures.window_attempts if figures.window_attempts else 0.0
     rows = [
         (
-            "client threads, aggregator processes x workers",
-            f"{config.clients}, 2 x {config.workers}",
+            "client threads, aggregator processes x workers; LDP_ACK_REPLICAS",
+            f"{config.clients}, 2 x {config.workers}; "
+            f"{'unset' if config.ack_replicas is None else config.ack_replicas}",
         ),
         (
             "campaign shards; shards on the killed master",
@@ -483,6 +490,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-rounds", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cluster-url", help="an existing cluster (default: form a fresh one)")
+    parser.add_argument(
+        "--ack-replicas",
+        default="1",
+        help="LDP_ACK_REPLICAS of the drill's two processes ('default': leave it unset)",
+    )
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
     config = DrillConfig(
@@ -494,6 +506,7 @@ def main(argv: list[str] | None = None) -> int:
         latency_rounds=args.latency_rounds,
         seed=args.seed,
         cluster_url=args.cluster_url,
+        ack_replicas=None if args.ack_replicas == "default" else int(args.ack_replicas),
     )
     figures = run(config)
     table = markdown(config, figures)

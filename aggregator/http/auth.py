@@ -36,6 +36,8 @@ ADMIN = "admin"
 ANALYST = "analyst"
 _ROLE_TOKENS = {ADMIN: ("ADMIN_TOKEN",), ANALYST: ("ANALYST_TOKEN", "ADMIN_TOKEN")}
 TOKEN_SETTINGS = ("ADMIN_TOKEN", "ANALYST_TOKEN")
+# Every bearer token the server takes, roles' and the metrics scraper's: all must be strong.
+STRONG_TOKEN_SETTINGS = (*TOKEN_SETTINGS, "METRICS_TOKEN")
 MIN_TOKEN_LENGTH = 32
 # Tokens that appear in the project's documentation and examples: known to everyone.
 EXAMPLE_TOKENS = frozenset({"change-me", "change-me-too", "admin-secret", "analyst-secret"})
@@ -52,7 +54,7 @@ def check_token_strength(config: Mapping[str, Any]) -> None:
     """Refuse weak tokens unless ``ALLOW_WEAK_TOKENS`` is set; the message never shows a token."""
     if config.get("ALLOW_WEAK_TOKENS"):
         return
-    for name in TOKEN_SETTINGS:
+    for name in STRONG_TOKEN_SETTINGS:
         value = config.get(name)
         if value is None or value == "":
             continue

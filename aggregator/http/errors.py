@@ -8,6 +8,8 @@ message: the traceback goes to the log, never to the client.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import flask
 import redis
 from werkzeug.exceptions import HTTPException
@@ -53,6 +55,8 @@ _HTTP_CODES = {
     415: "unsupported_media_type",
     429: "rate_limited",
 }
+STORAGE_UNAVAILABLE = "storage_unavailable"
+INTERNAL_ERROR = "internal_error"
 
 
 class APIError(LDPError):
@@ -102,9 +106,24 @@ def _store_error(error: StoreError) -> flask.Response:
     return response
 
 
+def _http_code(error: HTTPException) -> str:
+    return _HTTP_CODES.get(error.code or 500, "http_error")
+
+
+def answer_code(error: BaseException) -> str:
+    """The ``code`` of the JSON error that the handlers below answer ``error`` with."""
+    if isinstance(error, APIError | ValidationError | StoreError):
+        return error.code
+    if isinstance(error, HTTPException):
+        return _http_code(error)
+    if isinstance(error, redis.RedisError):
+        return STORAGE_UNAVAILABLE
+    return INTERNAL_ERROR
+
+
 def _http_error(error: HTTPException) -> flask.Response:
     status = error.code or 500
-    code = _HTTP_CODES.get(status, "http_error")
+    code = _http_code(error)
     message = error.description or error.name
     if status == 413:
         message = "the request body is too large"
@@ -120,7 +139,7 @@ def _http_error(error: HTTPException) -> flask.Response:
 def _redis_error(error: redis.RedisError) -> flask.Response:
     flask.current_app.logger.error("storage unavailable: %s", error)
     response = error_response(
-        503, "storage_unavailable", "the report store is unavailable; retry later"
+        503, STORAGE_UNAVAILABLE, "the report store is unavailable; retry later"
     )
     # A node failing over comes back within seconds (the store retried for a few already).
     response.headers["Retry-After"] = str(STORAGE_RETRY_AFTER_S)
@@ -129,13 +148,22 @@ def _redis_error(error: redis.RedisError) -> flask.Response:
 
 def _unexpected(error: Exception) -> flask.Response:
     flask.current_app.logger.exception("unhandled error")
-    return error_response(500, "internal_error", "internal server error")
+    return error_response(500, INTERNAL_ERROR, "internal server error")
 
 
-def register_error_handlers(app: flask.Flask) -> None:
+def register_error_handlers(
+    app: flask.Flask, *, on_redis_error: Callable[[redis.RedisError], None] | None = None
+) -> None:
+    """Map every error to its JSON answer; ``on_redis_error`` is told of each 503 from Redis."""
+
+    def redis_error(error: redis.RedisError) -> flask.Response:
+        if on_redis_error is not None:
+            on_redis_error(error)
+        return _redis_error(error)
+
     app.register_error_handler(APIError, _api_error)
     app.register_error_handler(ValidationError, _validation_error)
     app.register_error_handler(StoreError, _store_error)
     app.register_error_handler(HTTPException, _http_error)
-    app.register_error_handler(redis.RedisError, _redis_error)
+    app.register_error_handler(redis.RedisError, redis_error)
     app.register_error_handler(Exception, _unexpected)

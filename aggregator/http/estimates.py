@@ -63,6 +63,9 @@ LOCK_WITHOUT_LIMIT_S = 3600.0
 CHANNEL_CACHE_SIZE = 16
 
 _Result = TypeVar("_Result")
+# Told of each estimate's (method, confidence, outcome, seconds); outcome is one of these.
+EstimateObserver = Callable[[str, float, str, float], None]
+CACHED, COMPUTED, FAILED = "cached", "computed", "failed"
 
 
 def off_loop(function: Callable[..., _Result], /, *args: Any, **kwargs: Any) -> _Result:
@@ -309,6 +312,7 @@ def cached_estimate(
     *,
     channels: ChannelCache | None = None,
     limits: EstimateLimits | None = None,
+    observe: EstimateObserver | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """:func:`estimate_response` on the stored counts, cached in Redis until they change.
 
@@ -320,9 +324,11 @@ def cached_estimate(
     :data:`CONFIDENCE_LEVELS`. With ``limits`` a computation that needs more
     work than allowed raises :class:`EstimateTooCostly`, one that runs past the
     time limit a 503 :class:`~aggregator.http.errors.APIError`; nothing is cached then.
+    ``observe`` is told how long the estimate took and whether it was cached, computed
+    or failed.
     """
     text, body, cached = _cached_estimate(
-        store, campaign, method, confidence, channels=channels, limits=limits
+        store, campaign, method, confidence, channels=channels, limits=limits, observe=observe
     )
     return (json.loads(text) if body is None else body), cached
 
@@ -335,10 +341,11 @@ def cached_estimate_json(
     *,
     channels: ChannelCache | None = None,
     limits: EstimateLimits | None = None,
+    observe: EstimateObserver | None = None,
 ) -> tuple[str, bool]:
     """:func:`cached_estimate` as JSON text: a cache hit is served without parsing the body."""
     text, _, cached = _cached_estimate(
-        store, campaign, method, confidence, channels=channels, limits=limits
+        store, campaign, method, confidence, channels=channels, limits=limits, observe=observe
     )
     return text, cached
 
@@ -351,41 +358,51 @@ def _cached_estimate(
     *,
     channels: ChannelCache | None,
     limits: EstimateLimits | None,
+    observe: EstimateObserver | None,
 ) -> tuple[str, dict[str, Any] | None, bool]:
-    """The body's JSON text, the body itself when it was just computed, whether cached."""
+    """The body's JSON text, the body itself when it was just computed, whether cached;
+    timed for ``observe`` once the confidence level is known to be one of the few."""
     check_confidence(confidence)
-    campaign_id = campaign.spec.id
-    counts = store.counts(campaign_id)
-    digest = counts_digest(campaign, counts)
-    variant = f"{method}:{confidence!r}"
-    hit = store.cached_estimate(campaign_id, variant, digest)
-    if hit is not None:
-        return hit.decode(), None, True
-    lock = compute_lock(store, campaign_id, variant, digest, limits)
-    started, allowed = time.monotonic(), limits
-    while not lock.acquire():
-        # Another request (in this worker or another) computes this very estimate: wait for
-        # its result rather than compute it twice, within this request's own time limit.
-        time.sleep(LOCK_POLL_S)
+    began, outcome = time.perf_counter(), FAILED
+    try:
+        campaign_id = campaign.spec.id
+        counts = store.counts(campaign_id)
+        digest = counts_digest(campaign, counts)
+        variant = f"{method}:{confidence!r}"
         hit = store.cached_estimate(campaign_id, variant, digest)
         if hit is not None:
+            outcome = CACHED
             return hit.decode(), None, True
-        limits = _remaining(allowed, time.monotonic() - started)
-    try:
-        channel = channels.get(campaign) if channels is not None and counts else None
-        response = off_loop(
-            bounded(estimate_response, limits),
-            campaign,
-            counts,
-            method,
-            confidence,
-            channel=channel,
-        )
-        body = json.dumps(response, separators=(",", ":"), default=_plain)
-        store.cache_estimate(campaign_id, variant, digest, body)
+        lock = compute_lock(store, campaign_id, variant, digest, limits)
+        started, allowed = time.monotonic(), limits
+        while not lock.acquire():
+            # Another request (in this worker or another) computes this very estimate: wait for
+            # its result rather than compute it twice, within this request's own time limit.
+            time.sleep(LOCK_POLL_S)
+            hit = store.cached_estimate(campaign_id, variant, digest)
+            if hit is not None:
+                outcome = CACHED
+                return hit.decode(), None, True
+            limits = _remaining(allowed, time.monotonic() - started)
+        try:
+            channel = channels.get(campaign) if channels is not None and counts else None
+            response = off_loop(
+                bounded(estimate_response, limits),
+                campaign,
+                counts,
+                method,
+                confidence,
+                channel=channel,
+            )
+            body = json.dumps(response, separators=(",", ":"), default=_plain)
+            store.cache_estimate(campaign_id, variant, digest, body)
+        finally:
+            lock.release()
+        outcome = COMPUTED
+        return body, response, False
     finally:
-        lock.release()
-    return body, response, False
+        if observe is not None:
+            observe(method, confidence, outcome, time.perf_counter() - began)
 
 
 def _remaining(limits: EstimateLimits | None, waited_s: float) -> EstimateLimits | None:

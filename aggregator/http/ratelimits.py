@@ -5,7 +5,7 @@ Lua script (``aggregator/storage/lua``), so a limit holds across workers.
 Report submissions are counted inside the ingestion script itself
 (``RATELIMIT_REPORTS``, see :func:`aggregator.http.routes.submit_reports`);
 the other public endpoints (health, campaign list and spec, the OpenAPI
-document) share the setting ``RATELIMIT_PUBLIC`` (each its own counter), and
+document, the metrics) share the setting ``RATELIMIT_PUBLIC`` (each its own counter), and
 the dashboard's sign-in form ``RATELIMIT_LOGIN``, which also slows down
 guessing the analyst token. A limited request gets 429 with ``Retry-After``;
 with ``RATELIMIT_HEADERS_ENABLED`` every counted response carries
@@ -34,7 +34,13 @@ from aggregator.storage.store import RateLimit, WindowCount
 
 DEFAULT_PUBLIC_LIMIT = "1200 per minute"
 DEFAULT_LOGIN_LIMIT = "30 per minute"
-PUBLIC_VIEWS = ("api.health", "api.list_campaigns", "api.get_campaign", "openapi.openapi_json")
+PUBLIC_VIEWS = (
+    "api.health",
+    "api.list_campaigns",
+    "api.get_campaign",
+    "openapi.openapi_json",
+    "metrics.metrics",
+)
 LOGIN_VIEW = "dashboard.login"
 _UNIT_S = {
     "second": 1,

@@ -12,6 +12,7 @@ import redis
 from aggregator.http import estimates, export
 from aggregator.http.auth import ADMIN, ANALYST, require
 from aggregator.http.errors import APIError
+from aggregator.http.metrics import counted_submission, current_metrics
 from aggregator.http.ratelimits import add_headers
 from aggregator.http.reports import parse_submission
 from aggregator.services import current_settings, get_capacity, get_channels, get_store
@@ -153,6 +154,7 @@ def _report_limits() -> tuple[RateLimit | None, ReportBudget | None]:
 
 
 @bp.post("/campaigns/<campaign_id>/reports")
+@counted_submission
 def submit_reports(campaign_id: str) -> flask.Response:
     """Validate and store reports: one Redis call on the usual path.
 
@@ -209,6 +211,7 @@ def submit_reports(campaign_id: str) -> flask.Response:
             campaign = store.campaign_for_reports(campaign_id)
             if campaign.spec_hash == stale_hash:
                 raise
+    current_metrics().record_ingest(campaign_id, result)
     response = flask.jsonify(
         {
             "campaign": campaign_id,
@@ -253,8 +256,13 @@ def get_counts(campaign_id: str) -> flask.Response:
 
 
 def _estimate_sources() -> dict[str, Any]:
-    """The app's channel operators and per-estimate limits, for the cached_estimate calls."""
-    return {"channels": get_channels(), "limits": estimates.current_limits()}
+    """The app's channel operators, per-estimate limits and latency histogram, for the
+    cached_estimate calls."""
+    return {
+        "channels": get_channels(),
+        "limits": estimates.current_limits(),
+        "observe": current_metrics().observe_estimate,
+    }
 
 
 def bounded_estimate(

@@ -11,17 +11,27 @@ send their request slowly hold only a greenlet each while the worker goes on
 serving others (a threaded worker would give each of them a thread until it
 finished). CPU-bound estimates run in gevent's native thread pool
 (:func:`aggregator.http.estimates.off_loop`) so that they do not stop the worker's loop.
+
+The workers count their metrics in one fresh directory per server start
+(prometheus_client's multiprocess mode, :func:`aggregator.http.metrics.enable_multiprocess`),
+so that ``/metrics``, whichever worker answers it, sums every worker's counts; the
+directory is removed when the server stops.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+from prometheus_client.multiprocess import mark_process_dead
+
+from aggregator.http.metrics import enable_multiprocess
 
 # The master kills a worker whose loop has not checked in for this long. Estimates run off
 # the loop (aggregator.http.estimates.off_loop), so even long ones do not stop its check-ins.
@@ -63,6 +73,15 @@ def _stop_while_booting(server: Any, worker: Any) -> None:
         signal.signal(stop, _exit_now)
 
 
+def _forget_dead_workers(metrics_dir: str) -> Callable[[Any, Any], None]:
+    """gunicorn's ``child_exit``: drop a dead worker's live gauges (its counts stay summed)."""
+
+    def child_exit(server: Any, worker: Any) -> None:
+        mark_process_dead(worker.pid, metrics_dir)
+
+    return child_exit
+
+
 class _Server(BaseApplication):
     def __init__(self, options: dict[str, Any], app_factory: Callable[[], Any]) -> None:
         self.options = options
@@ -78,19 +97,27 @@ class _Server(BaseApplication):
 
 
 def gunicorn_options(
-    *, host: str, port: int, workers: int, control_socket: str | None = None
+    *,
+    host: str,
+    port: int,
+    workers: int,
+    control_socket: str | None = None,
+    metrics_dir: str | None = None,
 ) -> dict[str, Any]:
     """The worker setup of ``serve`` (the ingestion benchmark runs its baseline with it too).
 
     ``control_socket`` is the path of gunicorn's control socket; without one, the
     control socket is off (gunicorn's default path is one per user, which every
-    server would share).
+    server would share). ``metrics_dir`` is the workers' multiprocess metrics
+    directory, cleaned of each worker that exits.
     """
     control = (
         {"control_socket": control_socket} if control_socket else {"control_socket_disable": True}
     )
+    metrics = {} if metrics_dir is None else {"child_exit": _forget_dead_workers(metrics_dir)}
     return {
         **control,
+        **metrics,
         "bind": f"{host}:{port}",
         "workers": workers,
         "worker_class": WORKER_CLASS,
@@ -111,7 +138,22 @@ def run_gunicorn(
     app_factory: Callable[[], Any],
     control_socket: str | None = None,
 ) -> None:
-    """Serve ``app_factory()`` (built in each worker) until interrupted."""
+    """Serve ``app_factory()`` (built in each worker) until interrupted.
+
+    The workers' metrics go to a new directory (``$TMPDIR/ldp-metrics-*``, any
+    ``PROMETHEUS_MULTIPROC_DIR`` given is replaced), removed when the server stops.
+    """
     warnings.filterwarnings("ignore", message=_SSL_WARNING_NAMING_ONLY_REDIS_ASYNCIO)
-    options = gunicorn_options(host=host, port=port, workers=workers, control_socket=control_socket)
-    _Server(options, app_factory).run()
+    metrics_dir = tempfile.mkdtemp(prefix="ldp-metrics-")
+    try:
+        enable_multiprocess(metrics_dir)
+        options = gunicorn_options(
+            host=host,
+            port=port,
+            workers=workers,
+            control_socket=control_socket,
+            metrics_dir=metrics_dir,
+        )
+        _Server(options, app_factory).run()
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)

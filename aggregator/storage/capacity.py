@@ -24,7 +24,7 @@ from typing import cast
 
 import redis
 
-from aggregator.storage.cluster import Connection, node_clients
+from aggregator.storage.cluster import Connection, node_clients, refresh_map
 from aggregator.storage.store import StorageFull
 
 DEFAULT_HIGH_WATER = 0.9
@@ -103,16 +103,28 @@ class CapacityGuard:
         return self._reading
 
     def _fullest_node(self) -> MemoryReading:
-        """The reading of the master closest to its limit (a cluster fills node by node)."""
+        """The reading of the master closest to its limit (a cluster fills node by node).
+
+        A master that does not answer (failing over) is left out, and the cluster's
+        map read again; if none answers, the connection's error is raised.
+        """
         readings = []
+        failure: redis.RedisError | None = None
         for _, client in node_clients(self.connection):
             try:
                 info = client.info("memory")
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                failure = exc
+                continue
             except redis.ResponseError:  # INFO disabled (some managed servers): no guard
                 info = {}
             used = int(info.get("used_memory", 0))
             limit = int(info.get("maxmemory", 0))
             readings.append(MemoryReading(used, limit, int(limit * self.high_water)))
+        if failure is not None:
+            refresh_map(self.connection)
+            if not readings:
+                raise failure
         return max(readings, key=lambda r: r.used_bytes / r.limit_bytes if r.limit_bytes else 0)
 
     def _note_transition(self, reading: MemoryReading) -> None:

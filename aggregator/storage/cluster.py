@@ -47,6 +47,8 @@ RETRIED = (
     redis.BusyLoadingError,
 )
 DEFAULT_RETRY_FOR_S = 3.0
+# How often the number of replicas of a master is read again (only_present).
+REPLICA_CHECK_S = 5.0
 RETRY_PAUSE_S = 0.1
 
 logger = logging.getLogger(__name__)
@@ -70,31 +72,22 @@ def is_cluster(connection: Connection) -> bool:
     return isinstance(connection, RedisCluster)
 
 
-def node_clients(connection: Connection) -> list[tuple[str, redis.Redis]]:
-    """(``host:port``, client) of each master: the cluster's, or the one server."""
+def node_clients(
+    connection: Connection, *, masters_only: bool = True
+) -> list[tuple[str, redis.Redis]]:
+    """(``host:port`` or socket path, client) of each master (or node) of a cluster, or the one."""
     if isinstance(connection, RedisCluster):
-        return [
-            (node.name, connection.get_redis_connection(node))
-            for node in connection.get_primaries()
-        ]
+        nodes = connection.get_primaries() if masters_only else connection.get_nodes()
+        return [(node.name, connection.get_redis_connection(node)) for node in nodes]
+    return [(node_name(connection), connection)]
+
+
+def node_name(connection: redis.Redis) -> str:
+    """``host:port`` of a server's client, or its unix socket's path."""
     kwargs = connection.connection_pool.connection_kwargs
-    name = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
-    return [(str(name), connection)]
-
-
-def replicas_per_master(connection: Connection) -> int:
-    """The fewest replicas any master has (0 for a single server without replicas)."""
-    counts = []
-    for _, client in node_clients(connection):
-        counts.append(int(client.info("replication").get("connected_slaves", 0)))
-    return min(counts, default=0)
-
-
-def default_ack_replicas(connection: Connection) -> int:
-    """Replicas to wait for by default: 1 on a cluster whose masters all have one, else 0."""
-    if not is_cluster(connection):
-        return 0
-    return min(replicas_per_master(connection), 1)
+    if kwargs.get("path"):
+        return str(kwargs["path"])
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
 
 def config_value(connection: Connection, name: str) -> str | None:
@@ -105,6 +98,15 @@ def config_value(connection: Connection, name: str) -> str | None:
     except redis.ResponseError:  # CONFIG renamed or disabled, as managed services do
         return None
     return None if value is None else str(value)
+
+
+def refresh_map(connection: Connection) -> None:
+    """Read a cluster's map of slots and nodes again (after a node failed); no-op otherwise."""
+    if isinstance(connection, RedisCluster):
+        try:
+            connection.nodes_manager.initialize()
+        except (*RETRIED, redis.RedisClusterException) as exc:
+            logger.warning("could not read the cluster's map yet (%s)", type(exc).__name__)
 
 
 class NotAcknowledged(redis.RedisError):
@@ -131,6 +133,12 @@ class NodeWriter:
         Replicas a write must reach before it counts as done (0: the master's word).
     ack_timeout_ms : int
         How long ``WAIT`` waits for them.
+    only_present : bool
+        Wait for at most the replicas a master has now (read every
+        :data:`REPLICA_CHECK_S`), so that a master whose replica died, or a replica
+        promoted by a failover, goes on acknowledging on its own word until a replica
+        joins it; False waits for ``ack_replicas`` whatever happens (and refuses
+        meanwhile).
     retry_for_s : float
         How long a write is retried through a failover before the error is raised.
     """
@@ -141,11 +149,14 @@ class NodeWriter:
         *,
         ack_replicas: int = 0,
         ack_timeout_ms: int = 1000,
+        only_present: bool = False,
         retry_for_s: float = DEFAULT_RETRY_FOR_S,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.connection = connection
         self.ack_replicas = ack_replicas
+        self.only_present = only_present
+        self._replicas: dict[str, tuple[float, int]] = {}
         self.ack_timeout_ms = ack_timeout_ms
         self.retry_for_s = retry_for_s
         self._sleep = sleep
@@ -153,9 +164,9 @@ class NodeWriter:
     def run(self, calls: Sequence[Call], *, wait: bool = True) -> list[Any]:
         """The replies of ``calls``, in order: one round trip per node they touch.
 
-        ``wait`` False sends no ``WAIT`` (for calls that write nothing). Raises :class:`NotAcknowledged` if a node's writes did not reach
-        ``ack_replicas`` replicas in time, and the connection's errors once
-        ``retry_for_s`` has run out.
+        ``wait`` False sends no ``WAIT`` (for calls that write nothing). Raises
+        :class:`NotAcknowledged` if a node's writes did not reach the replicas they
+        must in time, and the connection's errors once ``retry_for_s`` has run out.
         """
         replies: list[Any] = [None] * len(calls)
         pending = list(range(len(calls)))
@@ -167,9 +178,10 @@ class NodeWriter:
                 by_node.setdefault(name, (client, []))[1].append(index)
             failed: list[int] = []
             error: Exception | None = None
-            for client, indices in by_node.values():
+            for name, (client, indices) in by_node.items():
                 try:
-                    sent = self._send(client, calls, indices, wait)
+                    replicas = self._replicas_to_wait(name, client) if wait else 0
+                    sent = self._send(client, calls, indices, replicas)
                     for index, reply in zip(indices, sent, strict=True):
                         replies[index] = reply
                 except RETRIED as exc:
@@ -181,7 +193,7 @@ class NodeWriter:
             if failed:
                 logger.warning("write to a Redis node failed (%s); retrying", type(error).__name__)
                 self._sleep(RETRY_PAUSE_S)
-                self._refresh()
+                refresh_map(self.connection)
             pending = failed
         return replies
 
@@ -192,20 +204,29 @@ class NodeWriter:
             return node.name, connection.get_redis_connection(node)
         return "", connection
 
-    def _refresh(self) -> None:
-        if isinstance(self.connection, RedisCluster):
-            try:
-                self.connection.nodes_manager.initialize()
-            except (*RETRIED, redis.RedisClusterException) as exc:
-                logger.warning("could not read the cluster's map yet (%s)", type(exc).__name__)
+    def _replicas_to_wait(self, name: str, client: redis.Redis) -> int:
+        if not self.ack_replicas or not self.only_present:
+            return self.ack_replicas
+        now = time.monotonic()
+        checked = self._replicas.get(name)
+        if checked is None or now - checked[0] >= REPLICA_CHECK_S:
+            present = int(client.info("replication").get("connected_slaves", 0))
+            if present < self.ack_replicas:
+                logger.warning(
+                    "Redis node %s has %d replicas: reports are acknowledged on fewer copies "
+                    "until a replica joins",
+                    name or "(the server)",
+                    present,
+                )
+            checked = self._replicas[name] = (now, present)
+        return min(self.ack_replicas, checked[1])
 
     def _send(
-        self, client: redis.Redis, calls: Sequence[Call], indices: list[int], wait: bool
+        self, client: redis.Redis, calls: Sequence[Call], indices: list[int], replicas: int
     ) -> list[Any]:
-        """The scripts of ``indices`` and a ``WAIT`` down one connection of ``client``."""
+        """The scripts of ``indices`` and a ``WAIT`` for ``replicas`` down one connection."""
         replies: dict[int, Any] = {}
         todo = indices
-        replicas = self.ack_replicas if wait else 0
         # Each attempt may use another connection: WAIT counts only its own connection's writes.
         reached = replicas
         for attempt in (1, 2):

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple, cast
 import redis
 
 from aggregator.storage import layout as layouts
-from aggregator.storage.cluster import Call, Connection, NodeWriter, config_value
+from aggregator.storage.cluster import Call, Connection, NodeWriter, config_value, is_cluster
 from aggregator.storage.errors import is_out_of_memory
 from aggregator.storage.layout import Layout
 from aggregator.storage.locks import Lock
@@ -260,8 +260,11 @@ class CampaignStore:
         Shards of a new campaign.
     max_reports : int
         Most reports a campaign may hold (0: no quota); sizes its deduplication sets.
-    ack_replicas, ack_timeout_ms : int
-        Replicas an acknowledged write must have reached, and how long to wait for them.
+    ack_replicas : int or None
+        Replicas an acknowledged write must have reached. None: 1 on a Redis Cluster
+        (at most the replicas the master has at the time), none on a single server.
+    ack_timeout_ms : int
+        How long to wait for them.
     """
 
     INDEX_KEY = "ldp:campaigns"
@@ -283,7 +286,7 @@ class CampaignStore:
         raw_reports: str = RAW_REPORTS_OFF,
         shards: int = layouts.DEFAULT_SHARDS,
         max_reports: int = DEFAULT_CAMPAIGN_MAX_REPORTS,
-        ack_replicas: int = 0,
+        ack_replicas: int | None = 0,
         ack_timeout_ms: int = 1000,
     ) -> None:
         self.connection = connection
@@ -300,7 +303,12 @@ class CampaignStore:
         self.shards = shards
         self.max_reports = int(max_reports)
         self.writer = NodeWriter(
-            connection, ack_replicas=ack_replicas, ack_timeout_ms=ack_timeout_ms
+            connection,
+            ack_replicas=(1 if is_cluster(connection) else 0)
+            if ack_replicas is None
+            else ack_replicas,
+            ack_timeout_ms=ack_timeout_ms,
+            only_present=ack_replicas is None,
         )
         lua = resources.files("aggregator.storage") / "lua"
         self._create = connection.register_script((lua / "create.lua").read_text("utf-8"))
@@ -403,8 +411,9 @@ class CampaignStore:
             raise CampaignNotFound(f"no campaign {campaign_id!r}", campaign_id=campaign_id)
         if version is None or shards is None or buckets is None or window_s is None:
             raise LayoutOutdated(
-                f"campaign {campaign_id!r} is stored in an older layout: run "
-                "`ldp-aggregator migrate` (serve does it on start)",
+                f"campaign {campaign_id!r} is stored in an older layout and has not been "
+                "migrated yet: `ldp-aggregator serve` (and every other command) migrates "
+                "campaigns when it opens the store",
                 campaign_id=campaign_id,
                 retry_after_s=60,
             )
@@ -562,11 +571,14 @@ class CampaignStore:
             reserved = 0
         accepted = 0
         try:
-            replies = self.writer.run([self._as_store(call) for call in calls.values()])
-            for items, reply in zip(groups.values(), replies, strict=True):
-                status, stored, _, index = (int(part) for part in reply)
+            replies = [
+                [int(part) for part in reply]
+                for reply in self.writer.run([self._as_store(call) for call in calls.values()])
+            ]
+            # Shards that stored count even if another refused (a close racing the batch).
+            accepted = sum(reply[1] for reply in replies)
+            for items, (status, _, _, index) in zip(groups.values(), replies, strict=True):
                 self._raise_for(status, campaign_id, items, index)
-                accepted += stored
         finally:
             if reserved > accepted:
                 self._give_back(admission, reserved - accepted)

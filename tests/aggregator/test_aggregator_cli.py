@@ -7,11 +7,12 @@ import time
 
 import click
 import pytest
+import redis
 from aggregator_testdata import KRR_SPEC, PLANAR_SPEC, new_id
 
 from aggregator.cli import describe_url, main
 from aggregator.storage.redis_server import EmbeddedRedis
-from aggregator.storage.store import StoredReport
+from aggregator.storage.store import CampaignStore, StoredReport
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
 
@@ -294,3 +295,15 @@ def test_categorical_estimate_keeps_label_order_unless_asked_for_the_top(
     assert [line.split()[0] for line in table.stdout.splitlines()[-4:]] == list(spec.domain)
     top = run(runner, redis_url, "estimate", "fruit", "--method", "inversion", "--top", "1")
     assert top.stdout.splitlines()[-1].split()[0] == spec.domain[3]
+
+
+def test_export_of_raw_reports_says_when_none_are_kept(runner, redis_url, tmp_path):
+    run(runner, redis_url, "campaign", "create", write_spec(tmp_path))
+    counts_only = CampaignStore(redis.Redis.from_url(redis_url))
+    spec = CampaignSpec.from_dict(KRR_SPEC)
+    counts_only.ingest("fruit", [StoredReport(new_id(), 1, spec.domain[1])])
+    refused = run(runner, redis_url, "export", "fruit")
+    assert refused.exit_code == 1
+    assert "keeps counts only (LDP_RAW_REPORTS=off)" in refused.stderr
+    counts = json.loads(run(runner, redis_url, "export", "fruit", "--data", "counts").stdout)
+    assert counts["n"] == 1

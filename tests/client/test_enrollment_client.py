@@ -94,7 +94,8 @@ def test_the_command_line(campaign, tmp_path):
     runner = CliRunner()
     bad = runner.invoke(cli, [*base, "enroll", SPEC["id"], "not a token"])
     assert bad.exit_code == 1 and "Error: an enrollment token" in bad.output
-    enrolled = runner.invoke(cli, [*base, "enroll", SPEC["id"], token])
+    # "--": a token may begin with "-" (URL-safe base64), which click would read as an option.
+    enrolled = runner.invoke(cli, [*base, "enroll", "--", SPEC["id"], token])
     assert enrolled.exit_code == 0 and "1 unused token" in enrolled.output
     sent = runner.invoke(cli, [*base, "report", SPEC["id"], "banana"])
     assert sent.exit_code == 0, sent.output

@@ -13,16 +13,23 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
-from aggregator_testdata import KRR_SPEC, new_id
 from redis.cluster import RedisCluster
 
 from aggregator.app import create_app
 from aggregator.storage.cluster import is_cluster, open_connection
 from tests.support import free_port_run
 
+KRR_SPEC = {
+    "id": "fruit",
+    "title": "Favourite fruit",
+    "mechanism": "krr",
+    "epsilon": 1.5,
+    "domain": ["apple", "banana", "cherry", "damson"],
+}
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "redis_cluster.py"
 ADMIN = {"Authorization": "Bearer " + "a" * 40}
 ANALYST = {"Authorization": "Bearer " + "n" * 40}
@@ -43,8 +50,8 @@ def cluster(*args: str) -> str:
 def cluster_url(tmp_path_factory):
     port = free_port_run(6)
     root = str(tmp_path_factory.mktemp("cluster"))
-    cluster("start", "--dir", root, "--port", str(port))
     try:
+        cluster("start", "--dir", root, "--port", str(port))
         yield f"redis://127.0.0.1:{port}", Path(root)
     finally:
         cluster("stop", "--dir", root)
@@ -62,6 +69,10 @@ def app(cluster_url):
             "REPORT_BUDGET": "100000 per hour",
         }
     )
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
 
 
 def batch(n: int, ids: list[str] | None = None) -> dict:

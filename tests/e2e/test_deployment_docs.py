@@ -10,11 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import free_port
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from scripts.clusterlib import CLUSTER_NODES, free_port_run
+from support import free_port, free_port_run
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")
@@ -52,7 +48,7 @@ def test_the_trial_cluster_commands_run_and_two_processes_share_one_campaign(tmp
     block = trial_block()
     head, tail = block.split("# ... use", 1)
     tail = tail.split("\n", 1)[1]
-    cluster_port = free_port_run(CLUSTER_NODES)
+    cluster_port = free_port_run(6)
     first, second = free_port(), free_port()
     counts = tmp_path / "counts.json"
     cluster_dir = tmp_path / "cluster"

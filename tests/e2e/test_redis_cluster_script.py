@@ -8,10 +8,7 @@ from pathlib import Path
 
 import pytest
 from redis.cluster import RedisCluster
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from scripts.clusterlib import free_port_run as free_run
+from support import free_port_run
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "redis_cluster.py"
 NODES = 6
@@ -27,7 +24,7 @@ def cluster(*args: str) -> str:
 
 @pytest.mark.slow
 def test_the_script_forms_a_cluster_whose_keys_spread_over_three_masters(tmp_path):
-    port = free_run(NODES)
+    port = free_port_run(NODES)
     root = str(tmp_path / "cluster")
     try:
         started = cluster("start", "--dir", root, "--port", str(port))
