@@ -79,6 +79,8 @@ class DrillConfig:
     # LDP_ACK_REPLICAS of the two drill processes: 1, strict (a master without a replica
     # refuses reports); None leaves the store's default (as many as the master has).
     ack_replicas: int | None = 1
+    # Seconds a client retries one submission before it records its reports as given up.
+    give_up_s: float = 300.0
 
 
 @dataclass
@@ -342,7 +344,10 @@ def run(config: DrillConfig, workdir: Path | None = None) -> DrillFigures:
                 clusterlib.create_campaign(server_urls[0], CAMPAIGN)
                 reports = clusterlib.make_reports(config.reports, config.seed)
                 traffic = clusterlib.Traffic(
-                    clients=config.clients, retry_share=config.retry_share, seed=config.seed
+                    clients=config.clients,
+                    retry_share=config.retry_share,
+                    give_up_s=config.give_up_s,
+                    seed=config.seed,
                 )
                 progress: Counter = Counter()
                 kill_now, killed, gate = threading.Event(), threading.Event(), threading.Event()

@@ -20,7 +20,8 @@ from failover_drill import DrillConfig, run
 
 @pytest.mark.slow
 def test_a_master_killed_under_load_loses_no_acknowledged_report_and_counts_none_twice(tmp_path):
-    figures = run(DrillConfig(reports=5000, clients=8, latency_rounds=2), workdir=tmp_path)
+    config = DrillConfig(reports=5000, clients=8, latency_rounds=2, give_up_s=120)
+    figures = run(config, workdir=tmp_path)
     assert figures.problems == []
     assert figures.sent == figures.acknowledged == figures.counted == 5000
     assert figures.lost == 0 and figures.counted_twice == 0
