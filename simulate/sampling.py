@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from shared.mechanisms import KRR, Mechanism, PlanarLaplace
+from shared.mechanisms import KRR, Geometric, Mechanism, PlanarLaplace
 
 
 @functools.singledispatch
@@ -46,3 +46,13 @@ def _planar(mechanism: PlanarLaplace, x: np.ndarray, generator: np.random.Genera
     out_col = np.clip(np.floor(px / cell), 0, grid.cols - 1).astype(np.int64)
     out_row = np.clip(np.floor(py / cell), 0, grid.rows - 1).astype(np.int64)
     return out_row * grid.cols + out_col
+
+
+@sample.register
+def _geometric(mechanism: Geometric, x: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+    x = np.asarray(x, dtype=np.int64)
+    # Two-sided geometric noise as the difference of two one-sided ones (failures before a
+    # success of probability 1 - alpha), then clamped into the range as on the device.
+    success = -np.expm1(-mechanism.epsilon)
+    noise = generator.geometric(success, size=x.shape) - generator.geometric(success, size=x.shape)
+    return np.clip(x + noise, 0, mechanism.n_outputs - 1)
