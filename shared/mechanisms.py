@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any, ClassVar
 
 from shared.errors import ReportError
@@ -201,7 +202,58 @@ class RandomizedResponse(KRR):
             raise ValueError(f"randomized response takes exactly two labels, got {self.k}")
 
 
-class PlanarLaplace(Mechanism):
+class GridMechanism(Mechanism):
+    """A mechanism whose values and reports are the cells of a report grid.
+
+    A location goes on the wire as its cell's centre ``{"lat", "lon"}``; the
+    subclasses differ only in how a noisy cell is drawn.
+    """
+
+    grid: Grid
+
+    @property
+    def n_inputs(self) -> int:
+        return self.grid.n_cells
+
+    @property
+    def n_outputs(self) -> int:
+        return self.grid.n_cells
+
+    def encode(self, value: Any) -> int:
+        lat, lon = self._latlon(value, "value", ReportError)
+        if not self.grid.region.contains(lat, lon):
+            raise ReportError("the location is outside the campaign region", field="value")
+        return self.grid.cell_of(lat, lon)
+
+    @staticmethod
+    def _latlon(value: Any, field: str, error: type[ReportError]) -> tuple[float, float]:
+        if isinstance(value, dict):
+            if set(value) != {"lat", "lon"}:
+                raise error(f"{field} must be an object with exactly lat and lon", field=field)
+            lat, lon = value["lat"], value["lon"]
+        elif isinstance(value, (tuple, list)) and len(value) == 2:
+            lat, lon = value
+        else:
+            raise error(f"{field} must be a location {{lat, lon}}", field=field)
+        return finite_number(lat, f"{field}.lat", error), finite_number(lon, f"{field}.lon", error)
+
+    def report_value(self, y: int) -> dict[str, float]:
+        lat, lon = self.grid.centre(y)
+        return {"lat": lat, "lon": lon}
+
+    def parse_report_value(self, raw: Any, field: str = "value") -> int:
+        if not isinstance(raw, dict):
+            raise ReportError(f"{field} must be an object {{lat, lon}}", field=field)
+        lat, lon = self._latlon(raw, field, ReportError)
+        index = self.grid.centre_index(lat, lon)
+        if index is None:
+            raise ReportError(
+                f"{field} is not the centre of a cell of the campaign's report grid", field=field
+            )
+        return index
+
+
+class PlanarLaplace(GridMechanism):
     r"""The planar Laplace mechanism for geo-indistinguishability, on a report grid.
 
     Andrés, Bordenabe, Chatzikokolakis and Palamidessi, "Geo-indistinguishability:
@@ -246,52 +298,11 @@ class PlanarLaplace(Mechanism):
         check_planar_epsilon(self.epsilon, grid)
         self.grid = grid
 
-    @property
-    def n_inputs(self) -> int:
-        return self.grid.n_cells
-
-    @property
-    def n_outputs(self) -> int:
-        return self.grid.n_cells
-
-    def encode(self, value: Any) -> int:
-        lat, lon = self._latlon(value, "value", ReportError)
-        if not self.grid.region.contains(lat, lon):
-            raise ReportError("the location is outside the campaign region", field="value")
-        return self.grid.cell_of(lat, lon)
-
-    @staticmethod
-    def _latlon(value: Any, field: str, error: type[ReportError]) -> tuple[float, float]:
-        if isinstance(value, dict):
-            if set(value) != {"lat", "lon"}:
-                raise error(f"{field} must be an object with exactly lat and lon", field=field)
-            lat, lon = value["lat"], value["lon"]
-        elif isinstance(value, (tuple, list)) and len(value) == 2:
-            lat, lon = value
-        else:
-            raise error(f"{field} must be a location {{lat, lon}}", field=field)
-        return finite_number(lat, f"{field}.lat", error), finite_number(lon, f"{field}.lon", error)
-
     def perturb_index(self, x: int, rng: RandomSource) -> int:
         cx, cy = self.grid.centre_xy(x)
         radius = (standard_exponential(rng) + standard_exponential(rng)) / self.epsilon
         theta = uniform_angle(rng)
         return self.grid.cell_of_xy(cx + radius * math.cos(theta), cy + radius * math.sin(theta))
-
-    def report_value(self, y: int) -> dict[str, float]:
-        lat, lon = self.grid.centre(y)
-        return {"lat": lat, "lon": lon}
-
-    def parse_report_value(self, raw: Any, field: str = "value") -> int:
-        if not isinstance(raw, dict):
-            raise ReportError(f"{field} must be an object {{lat, lon}}", field=field)
-        lat, lon = self._latlon(raw, field, ReportError)
-        index = self.grid.centre_index(lat, lon)
-        if index is None:
-            raise ReportError(
-                f"{field} is not the centre of a cell of the campaign's report grid", field=field
-            )
-        return index
 
 
 GEOMETRIC = "geometric"
@@ -372,3 +383,59 @@ class Geometric(Mechanism):
         if not self.lo <= value <= self.hi:
             raise ReportError(f"{what} is outside the range [{self.lo}, {self.hi}]", field=field)
         return value - self.lo
+
+
+EXPONENTIAL_GRID = "exponential_grid"
+MANHATTAN = "manhattan"
+
+
+class ExponentialGrid(GridMechanism):
+    r"""The exponential mechanism over a report grid's cells, Manhattan distance, clamped.
+
+    The discrete counterpart of snapped planar Laplace: a report cell ``z`` for
+    the true cell ``x`` (rows and columns ``i, j``) has probability proportional
+    to :math:`e^{-\varepsilon\, d(z, x)}` with ``d`` the Manhattan distance
+    between centres, ``cell * (|Delta i| + |Delta j|)`` metres, on the unbounded
+    lattice of cells; a cell beyond the grid is then moved to the nearest grid
+    cell (row and column clamped). On the lattice the normaliser is the same for
+    every ``x``, so the law is ``epsilon`` per metre of Manhattan distance between
+    any two cells, and clamping is post-processing: the grid's borders cost
+    nothing extra. (Normalising over the bounded grid instead would let the
+    normaliser differ between cells near the edge and inside, and can double the
+    loss.) The lattice law is the product of two discrete Laplaces with
+    ``epsilon * cell`` per step, one per axis, each drawn exactly
+    (:func:`shared.rng.discrete_laplace`, with the product taken as a fraction so
+    that it is not rounded up).
+
+    Against straight-line (Euclidean) distance ``e`` between cell centres the
+    guarantee is ``epsilon * sqrt(2) * e`` at worst (diagonal neighbours), since
+    the Manhattan distance is at most ``sqrt(2)`` times it.
+
+    Parameters
+    ----------
+    epsilon : float
+        Per metre of Manhattan distance, finite and > 0.
+    grid : shared.geo.Grid
+        The report grid.
+    """
+
+    name = EXPONENTIAL_GRID
+    metric = MANHATTAN
+
+    def __init__(self, *, epsilon: float, grid: Grid):
+        self.epsilon = _check_epsilon(epsilon)
+        if not isinstance(grid, Grid):
+            raise TypeError("grid must be a shared.geo.Grid")
+        self.grid = grid
+        self.step_epsilon = Fraction(self.epsilon) * Fraction(grid.cell_size_m)
+
+    @property
+    def alpha(self) -> float:
+        """``exp(-epsilon * cell)``: the ratio of the probabilities of neighbouring cells."""
+        return math.exp(-float(self.step_epsilon))
+
+    def perturb_index(self, x: int, rng: RandomSource) -> int:
+        row, col = divmod(x, self.grid.cols)
+        row = min(max(row + discrete_laplace(rng, self.step_epsilon), 0), self.grid.rows - 1)
+        col = min(max(col + discrete_laplace(rng, self.step_epsilon), 0), self.grid.cols - 1)
+        return row * self.grid.cols + col

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import secrets
+from fractions import Fraction
 from typing import Protocol
 
 _MANTISSA_BITS = 52
@@ -105,14 +106,17 @@ def _bernoulli_exp_minus_unit(rng: RandomSource, numerator: int, denominator: in
     return k % 2 == 1
 
 
-def discrete_laplace(rng: RandomSource, epsilon: float) -> int:
+def discrete_laplace(rng: RandomSource, epsilon: float | Fraction) -> int:
     """An integer ``z`` with probability proportional to ``exp(-epsilon |z|)``, exactly.
 
-    Canonne, Kamath and Steinke (2020), Algorithm 2. ``epsilon`` is a float, so
-    it is exactly the rational ``s / t`` (``float.as_integer_ratio``) and the law
-    is realised exactly for it; the expected number of rounds is below 4.
+    Canonne, Kamath and Steinke (2020), Algorithm 2. A float ``epsilon`` is
+    exactly a rational ``s / t``, as is a :class:`~fractions.Fraction` (for a
+    product such as epsilon per metre times a cell size, which a float would
+    round), and the law is realised exactly for it; the expected number of
+    rounds is below 4.
     """
-    s, t = float(epsilon).as_integer_ratio()
+    ratio = Fraction(epsilon)
+    s, t = ratio.numerator, ratio.denominator
     if s <= 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
     while True:

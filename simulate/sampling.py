@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from shared.mechanisms import KRR, Geometric, Mechanism, PlanarLaplace
+from shared.mechanisms import KRR, ExponentialGrid, Geometric, Mechanism, PlanarLaplace
 
 
 @functools.singledispatch
@@ -48,11 +48,32 @@ def _planar(mechanism: PlanarLaplace, x: np.ndarray, generator: np.random.Genera
     return out_row * grid.cols + out_col
 
 
+def _clamped_geometric(
+    x: np.ndarray, epsilon: float, m: int, generator: np.random.Generator
+) -> np.ndarray:
+    """``x`` plus two-sided geometric noise ``P(z) ~ exp(-epsilon |z|)``, clamped into ``[0, m)``.
+
+    The noise is the difference of two one-sided geometrics (failures before a
+    success of probability ``1 - exp(-epsilon)``), as on the device up to float rounding.
+    """
+    success = -np.expm1(-epsilon)
+    noise = generator.geometric(success, size=x.shape) - generator.geometric(success, size=x.shape)
+    return np.clip(x + noise, 0, m - 1)
+
+
 @sample.register
 def _geometric(mechanism: Geometric, x: np.ndarray, generator: np.random.Generator) -> np.ndarray:
     x = np.asarray(x, dtype=np.int64)
-    # Two-sided geometric noise as the difference of two one-sided ones (failures before a
-    # success of probability 1 - alpha), then clamped into the range as on the device.
-    success = -np.expm1(-mechanism.epsilon)
-    noise = generator.geometric(success, size=x.shape) - generator.geometric(success, size=x.shape)
-    return np.clip(x + noise, 0, mechanism.n_outputs - 1)
+    return _clamped_geometric(x, mechanism.epsilon, mechanism.n_outputs, generator)
+
+
+@sample.register
+def _exponential_grid(
+    mechanism: ExponentialGrid, x: np.ndarray, generator: np.random.Generator
+) -> np.ndarray:
+    grid = mechanism.grid
+    row, col = np.divmod(np.asarray(x, dtype=np.int64), grid.cols)
+    step = float(mechanism.step_epsilon)
+    row = _clamped_geometric(row, step, grid.rows, generator)
+    col = _clamped_geometric(col, step, grid.cols, generator)
+    return row * grid.cols + col
