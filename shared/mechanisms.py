@@ -439,3 +439,80 @@ class ExponentialGrid(GridMechanism):
         row = min(max(row + discrete_laplace(rng, self.step_epsilon), 0), self.grid.rows - 1)
         col = min(max(col + discrete_laplace(rng, self.step_epsilon), 0), self.grid.cols - 1)
         return row * self.grid.cols + col
+
+
+HADAMARD_RESPONSE = "hadamard_response"
+
+
+class HadamardResponse(Mechanism):
+    r"""Hadamard response over a large set of labels (Acharya, Sun and Zhang, AISTATS 2019).
+
+    With ``K`` the smallest power of two above ``k``, label ``x`` owns the half
+    :math:`S_x = \{y < K : \mathrm{popcount}((x + 1) \,\&\, y) \text{ even}\}` of
+    the outputs (row ``x + 1`` of the Sylvester Hadamard matrix, read as +1 on
+    :math:`S_x`). The device reports a uniform output of :math:`S_x` with
+    probability :math:`e^\varepsilon / (e^\varepsilon + 1)`, else a uniform one of
+    the other half, so every output has probability proportional to
+    :math:`e^\varepsilon` or 1 whatever ``x``: ``epsilon``-LDP. A report is one
+    integer below ``K`` (``log2 K`` bits), and the server inverts the channel with
+    one fast Walsh-Hadamard transform, O(K log K), whatever the number of users.
+
+    The side is drawn with integer weights exactly as binary randomized
+    response's (``keep / unit <= e^epsilon``, :func:`shared.exactness.krr_weights`);
+    the output within the half by rejection on uniform integers (each try lands
+    in either half with probability 1/2).
+    """
+
+    name = HADAMARD_RESPONSE
+
+    def __init__(self, *, epsilon: float, domain: Sequence[str]):
+        self.epsilon = _check_epsilon(epsilon)
+        labels = tuple(domain)
+        if any(not isinstance(label, str) for label in labels):
+            raise TypeError("domain labels must be strings")
+        if len(labels) < 2 or len(set(labels)) != len(labels):
+            raise ValueError(f"domain must have at least 2 distinct labels, got {len(labels)}")
+        self.domain = labels
+        self._index = {label: i for i, label in enumerate(labels)}
+        self.unit_weight = WEIGHT_UNIT
+        self.keep_weight = krr_weights(self.epsilon, 2)
+        self.total_weight = self.keep_weight + self.unit_weight
+        self.size = 1 << len(labels).bit_length()  # K: a power of two above k
+
+    @property
+    def k(self) -> int:
+        return len(self.domain)
+
+    @property
+    def n_inputs(self) -> int:
+        return self.k
+
+    @property
+    def n_outputs(self) -> int:
+        return self.size
+
+    @property
+    def p_in(self) -> float:
+        """P(the report falls in the true label's half)."""
+        return self.keep_weight / self.total_weight
+
+    def encode(self, value: Any) -> int:
+        if not isinstance(value, str) or value not in self._index:
+            raise ReportError("the value is not one of the campaign's labels", field="value")
+        return self._index[value]
+
+    def perturb_index(self, x: int, rng: RandomSource) -> int:
+        inside = randbelow(rng, self.total_weight) < self.keep_weight
+        row = x + 1
+        while True:
+            y = randbelow(rng, self.size)
+            if (bin(row & y).count("1") % 2 == 0) == inside:
+                return y
+
+    def report_value(self, y: int) -> int:
+        return y
+
+    def parse_report_value(self, raw: Any, field: str = "value") -> int:
+        if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw < self.size:
+            raise ReportError(f"{field} must be an integer in [0, {self.size})", field=field)
+        return raw

@@ -13,7 +13,14 @@ import functools
 
 import numpy as np
 
-from shared.mechanisms import KRR, ExponentialGrid, Geometric, Mechanism, PlanarLaplace
+from shared.mechanisms import (
+    KRR,
+    ExponentialGrid,
+    Geometric,
+    HadamardResponse,
+    Mechanism,
+    PlanarLaplace,
+)
 
 
 @functools.singledispatch
@@ -77,3 +84,21 @@ def _exponential_grid(
     row = _clamped_geometric(row, step, grid.rows, generator)
     col = _clamped_geometric(col, step, grid.cols, generator)
     return row * grid.cols + col
+
+
+@sample.register
+def _hadamard(
+    mechanism: HadamardResponse, x: np.ndarray, generator: np.random.Generator
+) -> np.ndarray:
+    row = np.asarray(x, dtype=np.int64) + 1
+    inside = generator.random(row.shape) < mechanism.p_in
+    y = generator.integers(0, mechanism.size, size=row.shape, dtype=np.int64)
+    # Flip y into the wanted half by toggling the lowest set bit of the row (it changes the
+    # parity of popcount(row & y)); a uniform y stays uniform within the half it lands in.
+    bits = row & y
+    for shift in (32, 16, 8, 4, 2, 1):  # fold the bits' parity into the lowest bit
+        bits ^= bits >> shift
+    parity = (bits & 1) == 0
+    wrong = parity != inside
+    y[wrong] ^= row[wrong] & -row[wrong]
+    return y
