@@ -423,7 +423,7 @@ class ExponentialGrid(GridMechanism):
     metric = MANHATTAN
 
     def __init__(self, *, epsilon: float, grid: Grid):
-        self.epsilon = _check_epsilon(epsilon)
+        self.epsilon = positive_finite(epsilon, "epsilon")
         if not isinstance(grid, Grid):
             raise TypeError("grid must be a shared.geo.Grid")
         self.grid = grid
@@ -466,7 +466,7 @@ class HadamardResponse(Mechanism):
     name = HADAMARD_RESPONSE
 
     def __init__(self, *, epsilon: float, domain: Sequence[str]):
-        self.epsilon = _check_epsilon(epsilon)
+        self.epsilon = positive_finite(epsilon, "epsilon")
         labels = tuple(domain)
         if any(not isinstance(label, str) for label in labels):
             raise TypeError("domain labels must be strings")
