@@ -34,8 +34,8 @@ from shared.rng import (
     uniform_angle,
 )
 from shared.schema import finite_number, positive_finite
+from shared.spec import GEOMETRIC, PLANAR_LAPLACE, RR, RR_DEFAULT_DOMAIN, CampaignSpec
 from shared.spec import KRR as KRR_NAME
-from shared.spec import PLANAR_LAPLACE, RR, RR_DEFAULT_DOMAIN, CampaignSpec
 
 
 class Mechanism(ABC):
@@ -80,6 +80,10 @@ class Mechanism(ABC):
     def from_spec(spec: CampaignSpec) -> Mechanism:
         if spec.mechanism == PLANAR_LAPLACE:
             return PlanarLaplace(epsilon=spec.epsilon, grid=spec.grid)
+        if spec.mechanism == GEOMETRIC:
+            if spec.lo is None or spec.hi is None:
+                raise ValueError(f"campaign {spec.id!r} (geometric) has no range")
+            return Geometric(epsilon=spec.epsilon, lo=spec.lo, hi=spec.hi)
         if spec.domain is None:
             raise ValueError(f"campaign {spec.id!r} ({spec.mechanism}) has no domain")
         if spec.mechanism == RR:
@@ -303,9 +307,6 @@ class PlanarLaplace(GridMechanism):
         radius = (standard_exponential(rng) + standard_exponential(rng)) / self.epsilon
         theta = uniform_angle(rng)
         return self.grid.cell_of_xy(cx + radius * math.cos(theta), cy + radius * math.sin(theta))
-
-
-GEOMETRIC = "geometric"
 
 
 class Geometric(Mechanism):

@@ -65,17 +65,53 @@ class ClampedGeometric:
 
 
 class GeometricChannel(Channel):
-    """The geometric mechanism's channel on its range."""
+    """The geometric mechanism's channel on its range, with its exact banded inverse.
+
+    The inner convolution with ``c a^|d|`` is undone by the three-tap filter
+    ``((1 + a^2) r_y - a r_{y-1} - a r_{y+1}) / (1 - a)^2`` (its z-transform is the
+    reciprocal of the kernel's). On the unbounded lattice the report
+    distribution ``r`` below the range decays as ``r_0 a^j`` (every true value
+    lies above it), so the clamped end's probability is ``r_0 / (1 - a)``, and
+    likewise at the top. Hence ``p = q C^-1`` in O(m) exactly: ``r = q`` with the
+    two ends scaled by ``1 - a``, then the filter, whose ends read
+    ``(r_0 - a r_1) / (1 - a)^2`` (the lattice's ``r_{-1} = a r_0``). Each ``p_x``
+    depends on ``q_{x-1}, q_x, q_{x+1}`` only, which also gives the inversion's
+    variance exactly in O(m).
+    """
 
     def __init__(self, mechanism: Geometric):
         self.n_inputs = self.n_outputs = mechanism.n_inputs
+        self.alpha = mechanism.alpha
         self._axis = ClampedGeometric(mechanism.alpha, mechanism.n_inputs)
+        m, a = self.n_inputs, self.alpha
+        # The ends' scale s_y and the filter's centre tap d_x, over the common (1 - a)^2.
+        self._scale = np.ones(m)
+        self._scale[[0, -1]] = 1.0 - a
+        self._centre = np.full(m, 1.0 + a * a)
+        self._centre[[0, -1]] = 1.0
+        self._denominator = (1.0 - a) ** 2
 
     def forward(self, p: np.ndarray) -> np.ndarray:
         return self._axis.forward(p)
 
     def backward(self, u: np.ndarray) -> np.ndarray:
         return self._axis.backward(u)
+
+    def solve_with_info(self, q: np.ndarray) -> tuple[np.ndarray, bool]:
+        """The ``p`` with ``p C = q``, exactly, in O(m) (see the class docstring)."""
+        r = self._scale * np.asarray(q, dtype=float)
+        p = self._centre * r
+        p[1:] -= self.alpha * r[:-1]
+        p[:-1] -= self.alpha * r[1:]
+        return p / self._denominator, True
+
+    def inversion_second_moment(self, q: np.ndarray) -> np.ndarray:
+        """``sum_y (C^-1)[y, x]^2 q_y`` for every ``x``, exactly, from the three taps."""
+        weighted = self._scale**2 * np.asarray(q, dtype=float)
+        moment = self._centre**2 * weighted
+        moment[1:] += self.alpha**2 * weighted[:-1]
+        moment[:-1] += self.alpha**2 * weighted[1:]
+        return moment / self._denominator**2
 
 
 class ManhattanGridChannel(Channel):
