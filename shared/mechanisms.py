@@ -1,4 +1,4 @@
-"""The three mechanisms, behind one interface.
+"""The mechanisms, behind one interface.
 
 Each mechanism maps a user's true value to an *input index* ``x`` and a
 report to an *output index* ``y``; its channel is ``C[x, y] = P(report y |
