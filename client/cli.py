@@ -20,6 +20,7 @@ from client.policy import (
     DEFAULT_LOCATION_RADIUS_M,
     DEFAULT_MAX_EPSILON,
     DEFAULT_TOTAL_BUDGET,
+    DEFAULT_VALUE_RADIUS,
     Policy,
 )
 from client.reporter import DRY_RUN, DUPLICATE, QUEUED, Reporter
@@ -171,6 +172,15 @@ class _Context:
     help="Metres within which your locations should look alike [LDP_LOCATION_RADIUS_M].",
 )
 @click.option(
+    "--value-radius",
+    envvar="LDP_VALUE_RADIUS",
+    type=click.IntRange(min=1),
+    default=DEFAULT_VALUE_RADIUS,
+    show_default=True,
+    help="For integer ranges (geometric campaigns): values this close should look alike "
+    "[LDP_VALUE_RADIUS].",
+)
+@click.option(
     "--timeout",
     type=_POSITIVE,
     default=DEFAULT_TIMEOUT[1],
@@ -185,6 +195,7 @@ def cli(
     max_epsilon: float,
     budget: float,
     location_radius: float,
+    value_radius: int,
     timeout: float,
 ) -> None:
     """Report to local differential privacy campaigns: only noisy answers leave this device.
@@ -194,7 +205,12 @@ def cli(
     first use. The same answer to the same campaign always gives the same
     noisy report and spends nothing more.
     """
-    policy = Policy(max_epsilon=max_epsilon, total_budget=budget, location_radius_m=location_radius)
+    policy = Policy(
+        max_epsilon=max_epsilon,
+        total_budget=budget,
+        location_radius_m=location_radius,
+        value_radius=value_radius,
+    )
     ctx.obj = _Context(server, state_dir, policy, timeout)
 
 
@@ -215,7 +231,8 @@ def report(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Answer CAMPAIGN with VALUE (a label), or with --lat/--lon for a location."""
+    """Answer CAMPAIGN with VALUE (a label, or an integer of a range), or with --lat/--lon for
+    a location."""
     if (lat is None) != (lon is None):
         raise click.UsageError("--lat and --lon go together")
     if lat is not None and value is not None:

@@ -23,7 +23,7 @@ from typing import Any
 from client.errors import BudgetExceeded, ClientError, EpsilonCapExceeded, SpecChanged, StateError
 from client.policy import Policy
 from client.state import CampaignRecord, State
-from shared.spec import PLANAR_LAPLACE, CampaignSpec
+from shared.spec import GEOMETRIC, PLANAR_LAPLACE, CampaignSpec
 
 # Relative slack for float sums when comparing with the budget and the cap.
 SLACK = 1e-9
@@ -172,6 +172,11 @@ class Ledger:
         return rows
 
     def _cost_basis(self, spec: CampaignSpec) -> str:
+        if spec.mechanism == GEOMETRIC:
+            return (
+                f" (epsilon {spec.epsilon:.4g} per unit over {self.policy.value_radius} "
+                "values, at most the range's width)"
+            )
         if spec.mechanism != PLANAR_LAPLACE:
             return ""
         return (

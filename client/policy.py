@@ -19,6 +19,12 @@ Budget is spent in one currency, the ordinary (local-DP) epsilon:
   100 m cells and a 200 m radius in a city (distortion 1.0057) that distance
   is about 316 m (one row and three columns apart).
 
+* a ``geometric`` report costs the privacy loss between any two true values
+  at most ``value_radius`` apart: ``epsilon`` (per unit) times
+  ``value_radius``, capped by the width of the range ``hi - lo`` (beyond
+  which nothing is left to hide). Clamping into the range is post-processing,
+  so the ends cost no more.
+
 Reports compose sequentially: each new (campaign, true value) pair adds its
 cost to the ledger; a memoized repeat adds nothing.
 """
@@ -29,7 +35,7 @@ import math
 from dataclasses import dataclass
 
 from shared.schema import positive_finite
-from shared.spec import PLANAR_LAPLACE, CampaignSpec
+from shared.spec import GEOMETRIC, PLANAR_LAPLACE, CampaignSpec
 
 # Conservative defaults: a per-report cap of 2 admits randomized response at
 # ln 3 (RAPPOR's order of magnitude) and k-RR up to e^2 ~ 7.4 odds, and the
@@ -38,6 +44,9 @@ DEFAULT_MAX_EPSILON = 2.0
 DEFAULT_TOTAL_BUDGET = 10.0
 # The distance within which a user wants two locations of theirs to look alike.
 DEFAULT_LOCATION_RADIUS_M = 200.0
+# The distance within which a user wants two values of an integer range (ages, ratings) of
+# theirs to look alike.
+DEFAULT_VALUE_RADIUS = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,18 +64,27 @@ class Policy:
         For location campaigns: locations closer than this on the ground
         (geodesic distance on WGS84) are what the user wants kept indistinguishable;
         the cost of a report is measured there.
+    value_radius : int
+        For geometric campaigns: integer values at most this far apart are what
+        the user wants kept indistinguishable (at least 1).
     """
 
     max_epsilon: float = DEFAULT_MAX_EPSILON
     total_budget: float = DEFAULT_TOTAL_BUDGET
     location_radius_m: float = DEFAULT_LOCATION_RADIUS_M
+    value_radius: int = DEFAULT_VALUE_RADIUS
 
     def __post_init__(self) -> None:
         for name in ("max_epsilon", "total_budget", "location_radius_m"):
             object.__setattr__(self, name, positive_finite(getattr(self, name), name))
+        radius = self.value_radius
+        if isinstance(radius, bool) or not isinstance(radius, int) or radius < 1:
+            raise ValueError(f"value_radius must be an integer >= 1, got {radius!r}")
 
     def cost(self, spec: CampaignSpec) -> float:
         """The epsilon one new report in this campaign spends."""
+        if spec.mechanism == GEOMETRIC and spec.lo is not None and spec.hi is not None:
+            return spec.epsilon * min(self.value_radius, spec.hi - spec.lo)
         if spec.mechanism != PLANAR_LAPLACE:
             return spec.epsilon
         projected_radius = spec.grid.region.ground_distortion() * self.location_radius_m
@@ -77,6 +95,7 @@ class Policy:
             "max_epsilon": self.max_epsilon,
             "total_budget": self.total_budget,
             "location_radius_m": self.location_radius_m,
+            "value_radius": self.value_radius,
         }
 
 

@@ -41,12 +41,14 @@ from client.policy import Policy
 from client.state import State, StateStore, campaign_key, default_state_dir
 from client.transport import DEFAULT_TIMEOUT, AggregatorAPI, check_campaign_id, normalize_server_url
 from shared.errors import ReportError, ValidationError
-from shared.mechanisms import Mechanism
+from shared.mechanisms import Geometric, Mechanism
 from shared.spec import CampaignSpec
 
 # Enrollment tokens as the aggregator accepts them.
 TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _LABELS_SHOWN = 20
+# An integer as typed: optional sign, decimal digits (at most 13: the spec's bounds are +-10^12).
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,13}")
 
 DELIVERED = "delivered"
 DUPLICATE = "duplicate"
@@ -183,8 +185,10 @@ class Reporter:
     def report(self, campaign_id: str, value: Any, *, dry_run: bool = False) -> ReportResult:
         """Perturb ``value`` on the device and send the noisy report.
 
-        ``value`` is a label for ``rr``/``krr`` campaigns and ``{"lat", "lon"}``
-        (or a ``(lat, lon)`` pair) for location campaigns. With ``dry_run``
+        ``value`` is a label for ``rr``/``krr`` campaigns, an integer of the
+        range (or its decimal text, as typed on a command line) for ``geometric``
+        ones and ``{"lat", "lon"}`` (or a ``(lat, lon)`` pair) for location
+        campaigns. With ``dry_run``
         every check runs and the exact payload is returned, but nothing is
         written (beyond creating the user secret) and nothing is sent; the
         real report carries a fresh ``report_id``.
@@ -272,6 +276,8 @@ class Reporter:
         cost = self.ledger.cost(spec)
         extra = self._extra_fields(spec)
         mechanism = Mechanism.from_spec(spec)
+        if isinstance(mechanism, Geometric) and isinstance(value, str):
+            value = _integer_text(value)
         try:
             index = mechanism.encode(value)
         except ReportError as exc:
@@ -328,6 +334,8 @@ class Reporter:
             return (
                 f"(region: lat {r.lat_min:g} to {r.lat_max:g}, lon {r.lon_min:g} to {r.lon_max:g})"
             )
+        if spec.lo is not None:
+            return f"(range: the integers {spec.lo} to {spec.hi})"
         labels = spec.domain or ()
         shown = ", ".join(labels[:_LABELS_SHOWN])
         more = f", ... ({len(labels)} labels)" if len(labels) > _LABELS_SHOWN else ""
@@ -434,3 +442,10 @@ class Reporter:
         key = campaign_key(self.server, campaign_id)
         with self.store.transaction() as state:
             return self.ledger.forget(state, key, self.server, campaign_id)
+
+
+def _integer_text(value: str) -> int | str:
+    """``value`` as an integer when it is one written in decimal, else unchanged (and refused
+    by the mechanism, which names the field without repeating the value)."""
+    text = value.strip()
+    return int(text) if _INTEGER_TEXT.fullmatch(text) else value

@@ -1,4 +1,4 @@
-"""The three mechanisms, behind one interface.
+"""The mechanisms, behind one interface.
 
 Each mechanism maps a user's true value to an *input index* ``x`` and a
 report to an *output index* ``y``; its channel is ``C[x, y] = P(report y |
@@ -19,15 +19,23 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any, ClassVar
 
 from shared.errors import ReportError
 from shared.exactness import WEIGHT_UNIT, check_planar_epsilon, krr_weights
 from shared.geo import Grid
-from shared.rng import RandomSource, default_rng, randbelow, standard_exponential, uniform_angle
+from shared.rng import (
+    RandomSource,
+    default_rng,
+    discrete_laplace,
+    randbelow,
+    standard_exponential,
+    uniform_angle,
+)
 from shared.schema import finite_number, positive_finite
+from shared.spec import GEOMETRIC, PLANAR_LAPLACE, RR, RR_DEFAULT_DOMAIN, CampaignSpec
 from shared.spec import KRR as KRR_NAME
-from shared.spec import PLANAR_LAPLACE, RR, RR_DEFAULT_DOMAIN, CampaignSpec
 
 
 class Mechanism(ABC):
@@ -72,6 +80,10 @@ class Mechanism(ABC):
     def from_spec(spec: CampaignSpec) -> Mechanism:
         if spec.mechanism == PLANAR_LAPLACE:
             return PlanarLaplace(epsilon=spec.epsilon, grid=spec.grid)
+        if spec.mechanism == GEOMETRIC:
+            if spec.lo is None or spec.hi is None:
+                raise ValueError(f"campaign {spec.id!r} (geometric) has no range")
+            return Geometric(epsilon=spec.epsilon, lo=spec.lo, hi=spec.hi)
         if spec.domain is None:
             raise ValueError(f"campaign {spec.id!r} ({spec.mechanism}) has no domain")
         if spec.mechanism == RR:
@@ -194,7 +206,58 @@ class RandomizedResponse(KRR):
             raise ValueError(f"randomized response takes exactly two labels, got {self.k}")
 
 
-class PlanarLaplace(Mechanism):
+class GridMechanism(Mechanism):
+    """A mechanism whose values and reports are the cells of a report grid.
+
+    A location goes on the wire as its cell's centre ``{"lat", "lon"}``; the
+    subclasses differ only in how a noisy cell is drawn.
+    """
+
+    grid: Grid
+
+    @property
+    def n_inputs(self) -> int:
+        return self.grid.n_cells
+
+    @property
+    def n_outputs(self) -> int:
+        return self.grid.n_cells
+
+    def encode(self, value: Any) -> int:
+        lat, lon = self._latlon(value, "value", ReportError)
+        if not self.grid.region.contains(lat, lon):
+            raise ReportError("the location is outside the campaign region", field="value")
+        return self.grid.cell_of(lat, lon)
+
+    @staticmethod
+    def _latlon(value: Any, field: str, error: type[ReportError]) -> tuple[float, float]:
+        if isinstance(value, dict):
+            if set(value) != {"lat", "lon"}:
+                raise error(f"{field} must be an object with exactly lat and lon", field=field)
+            lat, lon = value["lat"], value["lon"]
+        elif isinstance(value, (tuple, list)) and len(value) == 2:
+            lat, lon = value
+        else:
+            raise error(f"{field} must be a location {{lat, lon}}", field=field)
+        return finite_number(lat, f"{field}.lat", error), finite_number(lon, f"{field}.lon", error)
+
+    def report_value(self, y: int) -> dict[str, float]:
+        lat, lon = self.grid.centre(y)
+        return {"lat": lat, "lon": lon}
+
+    def parse_report_value(self, raw: Any, field: str = "value") -> int:
+        if not isinstance(raw, dict):
+            raise ReportError(f"{field} must be an object {{lat, lon}}", field=field)
+        lat, lon = self._latlon(raw, field, ReportError)
+        index = self.grid.centre_index(lat, lon)
+        if index is None:
+            raise ReportError(
+                f"{field} is not the centre of a cell of the campaign's report grid", field=field
+            )
+        return index
+
+
+class PlanarLaplace(GridMechanism):
     r"""The planar Laplace mechanism for geo-indistinguishability, on a report grid.
 
     Andrés, Bordenabe, Chatzikokolakis and Palamidessi, "Geo-indistinguishability:
@@ -239,49 +302,218 @@ class PlanarLaplace(Mechanism):
         check_planar_epsilon(self.epsilon, grid)
         self.grid = grid
 
-    @property
-    def n_inputs(self) -> int:
-        return self.grid.n_cells
-
-    @property
-    def n_outputs(self) -> int:
-        return self.grid.n_cells
-
-    def encode(self, value: Any) -> int:
-        lat, lon = self._latlon(value, "value", ReportError)
-        if not self.grid.region.contains(lat, lon):
-            raise ReportError("the location is outside the campaign region", field="value")
-        return self.grid.cell_of(lat, lon)
-
-    @staticmethod
-    def _latlon(value: Any, field: str, error: type[ReportError]) -> tuple[float, float]:
-        if isinstance(value, dict):
-            if set(value) != {"lat", "lon"}:
-                raise error(f"{field} must be an object with exactly lat and lon", field=field)
-            lat, lon = value["lat"], value["lon"]
-        elif isinstance(value, (tuple, list)) and len(value) == 2:
-            lat, lon = value
-        else:
-            raise error(f"{field} must be a location {{lat, lon}}", field=field)
-        return finite_number(lat, f"{field}.lat", error), finite_number(lon, f"{field}.lon", error)
-
     def perturb_index(self, x: int, rng: RandomSource) -> int:
         cx, cy = self.grid.centre_xy(x)
         radius = (standard_exponential(rng) + standard_exponential(rng)) / self.epsilon
         theta = uniform_angle(rng)
         return self.grid.cell_of_xy(cx + radius * math.cos(theta), cy + radius * math.sin(theta))
 
-    def report_value(self, y: int) -> dict[str, float]:
-        lat, lon = self.grid.centre(y)
-        return {"lat": lat, "lon": lon}
+
+class Geometric(Mechanism):
+    r"""The geometric mechanism (a discrete Laplace) on an integer range, clamped at its ends.
+
+    For ordinal values (age, a rating, an hour of the day) where nearby values
+    should be hard to tell apart and far ones may not. The device adds
+    two-sided geometric noise :math:`P(Z = z) = \frac{1 - \alpha}{1 + \alpha}
+    \alpha^{|z|}`, :math:`\alpha = e^{-\varepsilon}`, to its value and clamps
+    the sum into ``[lo, hi]`` (Ghosh, Roughgarden and Sundararajan, "Universally
+    utility-maximizing privacy mechanisms", STOC 2009). So for true ``x``:
+
+    * an inner report ``y`` has probability :math:`\frac{1 - \alpha}{1 + \alpha}
+      \alpha^{|y - x|}`;
+    * the end ``lo`` gathers all noise that would fall at or below it,
+      :math:`\alpha^{x - lo} / (1 + \alpha)`, and ``hi`` likewise
+      :math:`\alpha^{hi - x} / (1 + \alpha)`.
+
+    Clamping is post-processing of the unbounded mechanism, which is
+    ``epsilon``-d-private for ``d(x, x') = |x - x'|``: two values ``u`` apart are
+    told apart by at most a factor :math:`e^{\varepsilon u}`, at the ends as
+    inside. (Renormalising :math:`\alpha^{|y - x|}` over the range instead would
+    make the normaliser depend on ``x`` and could double the loss near the
+    ends.) The noise is drawn exactly for the float ``epsilon``
+    (:func:`shared.rng.discrete_laplace`), so ``epsilon`` is what is delivered.
+
+    Parameters
+    ----------
+    epsilon : float
+        Per unit of the range, finite and > 0.
+    lo, hi : int
+        The range of values, ``lo < hi``; reports lie in it too.
+    """
+
+    name = GEOMETRIC
+
+    def __init__(self, *, epsilon: float, lo: int, hi: int):
+        self.epsilon = positive_finite(epsilon, "epsilon")
+        for name, bound in (("lo", lo), ("hi", hi)):
+            if isinstance(bound, bool) or not isinstance(bound, int):
+                raise TypeError(f"{name} must be an integer, got {type(bound).__name__}")
+        if not lo < hi:
+            raise ValueError(f"the range needs lo < hi, got [{lo}, {hi}]")
+        self.lo = lo
+        self.hi = hi
+
+    @property
+    def n_inputs(self) -> int:
+        return self.hi - self.lo + 1
+
+    @property
+    def n_outputs(self) -> int:
+        return self.n_inputs
+
+    @property
+    def alpha(self) -> float:
+        """``exp(-epsilon)``: the ratio of the probabilities of two neighbouring reports."""
+        return math.exp(-self.epsilon)
+
+    def encode(self, value: Any) -> int:
+        return self._index(value, "value", "the value")
+
+    def perturb_index(self, x: int, rng: RandomSource) -> int:
+        return min(max(x + discrete_laplace(rng, self.epsilon), 0), self.n_outputs - 1)
+
+    def report_value(self, y: int) -> int:
+        return self.lo + y
 
     def parse_report_value(self, raw: Any, field: str = "value") -> int:
-        if not isinstance(raw, dict):
-            raise ReportError(f"{field} must be an object {{lat, lon}}", field=field)
-        lat, lon = self._latlon(raw, field, ReportError)
-        index = self.grid.centre_index(lat, lon)
-        if index is None:
-            raise ReportError(
-                f"{field} is not the centre of a cell of the campaign's report grid", field=field
-            )
-        return index
+        return self._index(raw, field, field)
+
+    def _index(self, value: Any, field: str, what: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ReportError(f"{what} must be an integer", field=field)
+        if not self.lo <= value <= self.hi:
+            raise ReportError(f"{what} is outside the range [{self.lo}, {self.hi}]", field=field)
+        return value - self.lo
+
+
+EXPONENTIAL_GRID = "exponential_grid"
+MANHATTAN = "manhattan"
+
+
+class ExponentialGrid(GridMechanism):
+    r"""The exponential mechanism over a report grid's cells, Manhattan distance, clamped.
+
+    The discrete counterpart of snapped planar Laplace: a report cell ``z`` for
+    the true cell ``x`` (rows and columns ``i, j``) has probability proportional
+    to :math:`e^{-\varepsilon\, d(z, x)}` with ``d`` the Manhattan distance
+    between centres, ``cell * (|Delta i| + |Delta j|)`` metres, on the unbounded
+    lattice of cells; a cell beyond the grid is then moved to the nearest grid
+    cell (row and column clamped). On the lattice the normaliser is the same for
+    every ``x``, so the law is ``epsilon`` per metre of Manhattan distance between
+    any two cells, and clamping is post-processing: the grid's borders cost
+    nothing extra. (Normalising over the bounded grid instead would let the
+    normaliser differ between cells near the edge and inside, and can double the
+    loss.) The lattice law is the product of two discrete Laplaces with
+    ``epsilon * cell`` per step, one per axis, each drawn exactly
+    (:func:`shared.rng.discrete_laplace`, with the product taken as a fraction so
+    that it is not rounded up).
+
+    Against straight-line (Euclidean) distance ``e`` between cell centres the
+    guarantee is ``epsilon * sqrt(2) * e`` at worst (diagonal neighbours), since
+    the Manhattan distance is at most ``sqrt(2)`` times it.
+
+    Parameters
+    ----------
+    epsilon : float
+        Per metre of Manhattan distance, finite and > 0.
+    grid : shared.geo.Grid
+        The report grid.
+    """
+
+    name = EXPONENTIAL_GRID
+    metric = MANHATTAN
+
+    def __init__(self, *, epsilon: float, grid: Grid):
+        self.epsilon = positive_finite(epsilon, "epsilon")
+        if not isinstance(grid, Grid):
+            raise TypeError("grid must be a shared.geo.Grid")
+        self.grid = grid
+        self.step_epsilon = Fraction(self.epsilon) * Fraction(grid.cell_size_m)
+
+    @property
+    def alpha(self) -> float:
+        """``exp(-epsilon * cell)``: the ratio of the probabilities of neighbouring cells."""
+        return math.exp(-float(self.step_epsilon))
+
+    def perturb_index(self, x: int, rng: RandomSource) -> int:
+        row, col = divmod(x, self.grid.cols)
+        row = min(max(row + discrete_laplace(rng, self.step_epsilon), 0), self.grid.rows - 1)
+        col = min(max(col + discrete_laplace(rng, self.step_epsilon), 0), self.grid.cols - 1)
+        return row * self.grid.cols + col
+
+
+HADAMARD_RESPONSE = "hadamard_response"
+
+
+class HadamardResponse(Mechanism):
+    r"""Hadamard response over a large set of labels (Acharya, Sun and Zhang, AISTATS 2019).
+
+    With ``K`` the smallest power of two above ``k``, label ``x`` owns the half
+    :math:`S_x = \{y < K : \mathrm{popcount}((x + 1) \,\&\, y) \text{ even}\}` of
+    the outputs (row ``x + 1`` of the Sylvester Hadamard matrix, read as +1 on
+    :math:`S_x`). The device reports a uniform output of :math:`S_x` with
+    probability :math:`e^\varepsilon / (e^\varepsilon + 1)`, else a uniform one of
+    the other half, so every output has probability proportional to
+    :math:`e^\varepsilon` or 1 whatever ``x``: ``epsilon``-LDP. A report is one
+    integer below ``K`` (``log2 K`` bits), and the server inverts the channel with
+    one fast Walsh-Hadamard transform, O(K log K), whatever the number of users.
+
+    The side is drawn with integer weights exactly as binary randomized
+    response's (``keep / unit <= e^epsilon``, :func:`shared.exactness.krr_weights`);
+    the output within the half by rejection on uniform integers (each try lands
+    in either half with probability 1/2).
+    """
+
+    name = HADAMARD_RESPONSE
+
+    def __init__(self, *, epsilon: float, domain: Sequence[str]):
+        self.epsilon = positive_finite(epsilon, "epsilon")
+        labels = tuple(domain)
+        if any(not isinstance(label, str) for label in labels):
+            raise TypeError("domain labels must be strings")
+        if len(labels) < 2 or len(set(labels)) != len(labels):
+            raise ValueError(f"domain must have at least 2 distinct labels, got {len(labels)}")
+        self.domain = labels
+        self._index = {label: i for i, label in enumerate(labels)}
+        self.unit_weight = WEIGHT_UNIT
+        self.keep_weight = krr_weights(self.epsilon, 2)
+        self.total_weight = self.keep_weight + self.unit_weight
+        self.size = 1 << len(labels).bit_length()  # K: a power of two above k
+
+    @property
+    def k(self) -> int:
+        return len(self.domain)
+
+    @property
+    def n_inputs(self) -> int:
+        return self.k
+
+    @property
+    def n_outputs(self) -> int:
+        return self.size
+
+    @property
+    def p_in(self) -> float:
+        """P(the report falls in the true label's half)."""
+        return self.keep_weight / self.total_weight
+
+    def encode(self, value: Any) -> int:
+        if not isinstance(value, str) or value not in self._index:
+            raise ReportError("the value is not one of the campaign's labels", field="value")
+        return self._index[value]
+
+    def perturb_index(self, x: int, rng: RandomSource) -> int:
+        inside = randbelow(rng, self.total_weight) < self.keep_weight
+        row = x + 1
+        while True:
+            y = randbelow(rng, self.size)
+            if (bin(row & y).count("1") % 2 == 0) == inside:
+                return y
+
+    def report_value(self, y: int) -> int:
+        return y
+
+    def parse_report_value(self, raw: Any, field: str = "value") -> int:
+        if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw < self.size:
+            raise ReportError(f"{field} must be an integer in [0, {self.size})", field=field)
+        return raw

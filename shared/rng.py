@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import secrets
+from fractions import Fraction
 from typing import Protocol
 
 _MANTISSA_BITS = 52
@@ -76,3 +77,57 @@ def standard_exponential(rng: RandomSource) -> float:
 def uniform_angle(rng: RandomSource) -> float:
     """A uniform angle in [0, 2*pi) with 53 random bits."""
     return math.tau * rng.getrandbits(53) / (1 << 53)
+
+
+def bernoulli_exp_minus(rng: RandomSource, numerator: int, denominator: int) -> bool:
+    """True with probability ``exp(-numerator / denominator)``, exactly.
+
+    Canonne, Kamath and Steinke, "The discrete Gaussian for differential
+    privacy" (NeurIPS 2020), Algorithm 1: for a ratio ``g`` in [0, 1], count
+    successive successes of Bernoulli(g / K) for K = 1, 2, ...; the count ends odd
+    with probability ``exp(-g)``. A larger ratio is peeled into ``exp(-1)``
+    factors first. Only uniform integers are drawn, so the probability is exact
+    for any non-negative rational ratio.
+    """
+    if numerator < 0 or denominator <= 0:
+        raise ValueError(f"need numerator >= 0 and denominator > 0, got {numerator}/{denominator}")
+    while numerator > denominator:
+        if not _bernoulli_exp_minus_unit(rng, 1, 1):
+            return False
+        numerator -= denominator
+    return _bernoulli_exp_minus_unit(rng, numerator, denominator)
+
+
+def _bernoulli_exp_minus_unit(rng: RandomSource, numerator: int, denominator: int) -> bool:
+    """``bernoulli_exp_minus`` for a ratio in [0, 1]."""
+    k = 1
+    while randbelow(rng, denominator * k) < numerator:  # Bernoulli(ratio / k)
+        k += 1
+    return k % 2 == 1
+
+
+def discrete_laplace(rng: RandomSource, epsilon: float | Fraction) -> int:
+    """An integer ``z`` with probability proportional to ``exp(-epsilon |z|)``, exactly.
+
+    Canonne, Kamath and Steinke (2020), Algorithm 2. A float ``epsilon`` is
+    exactly a rational ``s / t``, as is a :class:`~fractions.Fraction` (for a
+    product such as epsilon per metre times a cell size, which a float would
+    round), and the law is realised exactly for it; the expected number of
+    rounds is below 4.
+    """
+    ratio = Fraction(epsilon)
+    s, t = ratio.numerator, ratio.denominator
+    if s <= 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
+    while True:
+        u = randbelow(rng, t)
+        if not bernoulli_exp_minus(rng, u, t):
+            continue
+        v = 0
+        while bernoulli_exp_minus(rng, 1, 1):
+            v += 1
+        magnitude = (u + t * v) // s
+        negative = rng.getrandbits(1)
+        if negative and magnitude == 0:
+            continue  # zero would otherwise be drawn twice as often
+        return -magnitude if negative else magnitude

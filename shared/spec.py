@@ -25,7 +25,8 @@ from shared.schema import Array, Boolean, Descriptor, Number, Object, String
 RR = "rr"
 KRR = "krr"
 PLANAR_LAPLACE = "planar_laplace"
-MECHANISMS = (RR, KRR, PLANAR_LAPLACE)
+GEOMETRIC = "geometric"
+MECHANISMS = (RR, KRR, PLANAR_LAPLACE, GEOMETRIC)
 
 RR_DEFAULT_DOMAIN = ("no", "yes")
 MIN_DOMAIN = 2
@@ -41,6 +42,13 @@ MAX_LATITUDE = 85.0
 # client charges the factor; see Region.projection_distortion).
 MAX_PROJECTION_DISTORTION = 1.1
 MAX_CELLS = 512 * 512
+# A geometric campaign's range holds at most this many integers, each bound within +-MAX_BOUND
+# (integers that JSON readers hold exactly).
+MAX_RANGE_VALUES = 100_000
+MAX_BOUND = 10**12
+# Per unit of the range: at this epsilon a report equals the true value with probability
+# above 0.9999 (tanh(epsilon / 2)), so a larger one gives no meaningful protection.
+MAX_GEOMETRIC_EPSILON = 10.0
 
 # The fields of a spec, each described once: the parsing below checks values with these
 # descriptors and the server's OpenAPI document is generated from them.
@@ -88,6 +96,19 @@ _PLANAR_EPSILON = Number(
 _CELL_SIZE = Number(minimum=MIN_CELL_SIZE_M, description=f"at most {MAX_CELLS} cells in the region")
 _PRIVACY_LEVEL = Number(minimum=0, exclusive_minimum=True, description="with privacy_radius_m")
 _PRIVACY_RADIUS = Number(minimum=0, exclusive_minimum=True, description="with privacy_level")
+_GEOMETRIC_EPSILON = Number(
+    minimum=0,
+    exclusive_minimum=True,
+    maximum=MAX_GEOMETRIC_EPSILON,
+    description="per unit of the range: values u apart are told apart by at most a factor "
+    "e^(epsilon u)",
+)
+_BOUND = Number(
+    integer=True,
+    minimum=-MAX_BOUND,
+    maximum=MAX_BOUND,
+    description=f"lo < hi, at most {MAX_RANGE_VALUES:,} values from lo to hi inclusive",
+)
 MECHANISM = String(enum=MECHANISMS)
 _COMMON: dict[str, Descriptor] = {
     "id": CAMPAIGN_ID,
@@ -129,6 +150,18 @@ SPEC_SCHEMAS = {
         required=("id", "title", "mechanism", "region", "cell_size_m"),
         description="Planar Laplace over a grid of cells (geo-indistinguishability)",
     ),
+    GEOMETRIC: Object(
+        {
+            **_COMMON,
+            "mechanism": String(enum=(GEOMETRIC,)),
+            "epsilon": _GEOMETRIC_EPSILON,
+            "lo": _BOUND,
+            "hi": _BOUND,
+        },
+        required=("id", "title", "mechanism", "epsilon", "lo", "hi"),
+        description="The geometric mechanism (discrete Laplace) on the integers lo..hi, "
+        "clamped at the ends",
+    ),
 }
 
 # Fields the server adds when it serves a spec; not part of the hashed spec.
@@ -139,14 +172,16 @@ _PLANAR_ONLY = tuple(
     for name in SPEC_SCHEMAS[PLANAR_LAPLACE].properties
     if name not in SPEC_SCHEMAS[KRR].properties
 )
+_RANGE_FIELDS = ("lo", "hi")
 
 
 @dataclass(frozen=True)
 class CampaignSpec:
     """The immutable description of a collection campaign.
 
-    ``epsilon`` is the local-DP parameter for ``rr`` and ``krr`` and the
-    geo-indistinguishability parameter, per metre, for ``planar_laplace``.
+    ``epsilon`` is the local-DP parameter for ``rr`` and ``krr``, the
+    geo-indistinguishability parameter, per metre, for ``planar_laplace``, and
+    per unit of the range ``[lo, hi]`` for ``geometric``.
     """
 
     id: str
@@ -158,6 +193,8 @@ class CampaignSpec:
     cell_size_m: float | None = None
     privacy_level: float | None = None
     privacy_radius_m: float | None = None
+    lo: int | None = None
+    hi: int | None = None
     enrollment_required: bool = False
 
     @classmethod
@@ -184,9 +221,36 @@ class CampaignSpec:
             data.get("enrollment_required", False), "enrollment_required", SpecError
         )
         common = {"id": campaign_id, "title": title, "enrollment_required": enrollment}
+        if mechanism != GEOMETRIC:
+            for field in _RANGE_FIELDS:
+                if field in data:
+                    raise SpecError(f"{field} applies only to geometric", field=field)
         if mechanism == PLANAR_LAPLACE:
             return cls._planar_from_dict(data, common, stored=stored)
+        if mechanism == GEOMETRIC:
+            return cls._geometric_from_dict(data, common)
         return cls._categorical_from_dict(data, mechanism, common)
+
+    @classmethod
+    def _geometric_from_dict(cls, data: dict[str, Any], common: dict[str, Any]) -> CampaignSpec:
+        for field in ("domain", *_PLANAR_ONLY):
+            if field in data:
+                raise SpecError(f"geometric takes lo and hi, not {field}", field=field)
+        for required in ("epsilon", *_RANGE_FIELDS):
+            if required not in data:
+                raise SpecError(f"{required} is required for geometric", field=required)
+        epsilon = _GEOMETRIC_EPSILON.check(data["epsilon"], "epsilon", SpecError)
+        lo = int(_BOUND.check(data["lo"], "lo", SpecError))
+        hi = int(_BOUND.check(data["hi"], "hi", SpecError))
+        if not lo < hi:
+            raise SpecError(f"lo must be below hi, got lo={lo}, hi={hi}", field="lo")
+        if hi - lo + 1 > MAX_RANGE_VALUES:
+            raise SpecError(
+                f"the range [{lo}, {hi}] holds {hi - lo + 1:,} values; at most "
+                f"{MAX_RANGE_VALUES:,} are allowed",
+                field="hi",
+            )
+        return cls(mechanism=GEOMETRIC, epsilon=epsilon, lo=lo, hi=hi, **common)
 
     @classmethod
     def _categorical_from_dict(
@@ -316,6 +380,9 @@ class CampaignSpec:
         if self.privacy_level is not None:
             out["privacy_level"] = self.privacy_level
             out["privacy_radius_m"] = self.privacy_radius_m
+        if self.lo is not None:
+            out["lo"] = self.lo
+            out["hi"] = self.hi
         if self.enrollment_required:
             out["enrollment_required"] = True
         return out

@@ -3,8 +3,9 @@
 A report is ``{"report_id", "value", "spec_hash"?, "enrollment_token"?}``; a
 batch is ``{"reports": [...], "spec_hash"?}``. The descriptors here are what
 the aggregator checks a submission with and what its OpenAPI document shows;
-the value itself is checked against the campaign (a label of its domain, or
-the centre of a cell of its grid) by the campaign's mechanism.
+the value itself is checked against the campaign (a label of its domain, an
+integer of its range, or the centre of a cell of its grid) by the campaign's
+mechanism.
 """
 
 from __future__ import annotations
@@ -27,8 +28,12 @@ ENROLLMENT_TOKEN = String(
     description="required by, and only by, campaigns with enrollment_required",
 )
 # A report's value has one of these shapes; which values are valid is the campaign's to say
-# (a label of its domain, the centre of a cell of its grid), so no bound is written here.
+# (a label of its domain, an integer of its range, the centre of a cell of its grid), so no
+# bound is written here.
 LABEL_VALUE = String(min_length=0, description="a label of the campaign's domain (rr, krr)")
+INTEGER_VALUE = Number(
+    integer=True, description="an integer of the campaign's range [lo, hi] (geometric)"
+)
 LOCATION_VALUE = Object(
     {"lat": Number(), "lon": Number()},
     required=("lat", "lon"),
@@ -38,7 +43,7 @@ REPORT = Object(
     {
         "report_id": REPORT_ID,
         "value": OneOf(
-            (LABEL_VALUE, LOCATION_VALUE),
+            (LABEL_VALUE, INTEGER_VALUE, LOCATION_VALUE),
             description="checked against the campaign by its mechanism",
         ),
         "spec_hash": SPEC_HASH,

@@ -18,7 +18,7 @@ import click
 from aggregator.estimation import METHODS
 from shared.errors import LDPError
 from shared.geo import Grid
-from shared.spec import KRR, PLANAR_LAPLACE, CampaignSpec
+from shared.spec import GEOMETRIC, KRR, PLANAR_LAPLACE, CampaignSpec
 from simulate.options import (
     DEFAULT_EPSILONS,
     DEFAULT_NS,
@@ -89,7 +89,8 @@ def main() -> None:
     "epsilons",
     type=CommaList(parse_epsilon),
     multiple=True,
-    help="Epsilons to sweep, e.g. 0.5,1,2 or ln(2)/100 (per metre for planar_laplace).",
+    help="Epsilons to sweep, e.g. 0.5,1,2 or ln(2)/100 (per metre for planar_laplace, per unit "
+    "for geometric).",
 )
 @click.option(
     "-n",
@@ -355,7 +356,11 @@ def _population(options: dict[str, Any], template: dict[str, Any] | None) -> Pop
         raise click.UsageError(
             f"a planar_laplace campaign needs a location population ({', '.join(LOCATION)})"
         )
-    labels = tuple(template["domain"]) if template is not None else None
+    labels = _template_labels(template)
+    if labels is None and (template is None and options["mechanism"] == GEOMETRIC):
+        if options["labels"] or kind == "csv-column":
+            raise click.UsageError("geometric takes its values from -k and --lo, not labels")
+        labels = tuple(str(options["lo"] + i) for i in range(options["k"]))
     if labels is None and options["labels"]:
         labels = tuple(x.strip() for x in options["labels"].split(","))
     if kind == "csv-column":
@@ -374,6 +379,15 @@ def _population(options: dict[str, Any], template: dict[str, Any] | None) -> Pop
     if kind == "uniform":
         return Population.uniform(k, labels)
     return Population.zipf(k, options["zipf_s"], labels)
+
+
+def _template_labels(template: dict[str, Any] | None) -> tuple[str, ...] | None:
+    """The true values a spec file fixes, as the population's labels (a range as integer text)."""
+    if template is None:
+        return None
+    if template["mechanism"] == GEOMETRIC:
+        return tuple(str(v) for v in range(template["lo"], template["hi"] + 1))
+    return tuple(template["domain"])
 
 
 def _specs(
@@ -396,6 +410,11 @@ def _specs(
                 raise click.UsageError("planar_laplace needs a location population")
             base["region"] = population.grid.region.to_dict()
             base["cell_size_m"] = population.grid.cell_size_m
+        elif mechanism == GEOMETRIC:
+            if population.is_location:
+                raise click.UsageError("geometric needs a categorical population (its range)")
+            base["lo"] = options["lo"]
+            base["hi"] = options["lo"] + population.size - 1
         elif population.is_location:
             base["domain"] = list(cell_labels(population.grid))  # type: ignore[arg-type]  # a location
         else:

@@ -15,12 +15,17 @@ import click
 
 from shared.geo import Region
 from shared.schema import is_positive_finite
-from shared.spec import KRR, PLANAR_LAPLACE, RR, CampaignSpec
+from shared.spec import GEOMETRIC, KRR, PLANAR_LAPLACE, RR, CampaignSpec
 from simulate.runner import ALL_METHODS
 
 CATEGORICAL = ("uniform", "zipf", "weights", "csv-column")
 LOCATION = ("city", "csv-points")
-DEFAULT_EPSILONS = {KRR: "0.5,1,2,4", RR: "0.5,1,2,4", PLANAR_LAPLACE: "0.005,0.01,0.02"}
+DEFAULT_EPSILONS = {
+    KRR: "0.5,1,2,4",
+    RR: "0.5,1,2,4",
+    PLANAR_LAPLACE: "0.005,0.01,0.02",
+    GEOMETRIC: "0.1,0.25,0.5,1",
+}
 DEFAULT_NS = "1000,10000,100000"
 _LN = re.compile(r"^ln\(\s*([^()]+?)\s*\)\s*(?:/\s*(.+))?$")
 
@@ -198,9 +203,17 @@ population_options = option_group(
     ),
     click.option(
         "--mechanism",
-        type=click.Choice((KRR, RR, PLANAR_LAPLACE)),
+        type=click.Choice((KRR, RR, PLANAR_LAPLACE, GEOMETRIC)),
         help="Default: planar_laplace for locations, krr for categories. krr on a location "
-        "population uses the grid cells as its domain.",
+        "population uses the grid cells as its domain; geometric takes the k categories as "
+        "the integers --lo .. --lo + k - 1.",
+    ),
+    click.option(
+        "--lo",
+        type=int,
+        default=0,
+        show_default=True,
+        help="geometric: the lowest value of the range (the population's first category).",
     ),
     click.option(
         "--spec",

@@ -13,7 +13,14 @@ import functools
 
 import numpy as np
 
-from shared.mechanisms import KRR, Mechanism, PlanarLaplace
+from shared.mechanisms import (
+    KRR,
+    ExponentialGrid,
+    Geometric,
+    HadamardResponse,
+    Mechanism,
+    PlanarLaplace,
+)
 
 
 @functools.singledispatch
@@ -46,3 +53,52 @@ def _planar(mechanism: PlanarLaplace, x: np.ndarray, generator: np.random.Genera
     out_col = np.clip(np.floor(px / cell), 0, grid.cols - 1).astype(np.int64)
     out_row = np.clip(np.floor(py / cell), 0, grid.rows - 1).astype(np.int64)
     return out_row * grid.cols + out_col
+
+
+def _clamped_geometric(
+    x: np.ndarray, epsilon: float, m: int, generator: np.random.Generator
+) -> np.ndarray:
+    """``x`` plus two-sided geometric noise ``P(z) ~ exp(-epsilon |z|)``, clamped into ``[0, m)``.
+
+    The noise is the difference of two one-sided geometrics (failures before a
+    success of probability ``1 - exp(-epsilon)``), as on the device up to float rounding.
+    """
+    success = -np.expm1(-epsilon)
+    noise = generator.geometric(success, size=x.shape) - generator.geometric(success, size=x.shape)
+    return np.clip(x + noise, 0, m - 1)
+
+
+@sample.register
+def _geometric(mechanism: Geometric, x: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+    x = np.asarray(x, dtype=np.int64)
+    return _clamped_geometric(x, mechanism.epsilon, mechanism.n_outputs, generator)
+
+
+@sample.register
+def _exponential_grid(
+    mechanism: ExponentialGrid, x: np.ndarray, generator: np.random.Generator
+) -> np.ndarray:
+    grid = mechanism.grid
+    row, col = np.divmod(np.asarray(x, dtype=np.int64), grid.cols)
+    step = float(mechanism.step_epsilon)
+    row = _clamped_geometric(row, step, grid.rows, generator)
+    col = _clamped_geometric(col, step, grid.cols, generator)
+    return row * grid.cols + col
+
+
+@sample.register
+def _hadamard(
+    mechanism: HadamardResponse, x: np.ndarray, generator: np.random.Generator
+) -> np.ndarray:
+    row = np.asarray(x, dtype=np.int64) + 1
+    inside = generator.random(row.shape) < mechanism.p_in
+    y = generator.integers(0, mechanism.size, size=row.shape, dtype=np.int64)
+    # Flip y into the wanted half by toggling the lowest set bit of the row (it changes the
+    # parity of popcount(row & y)); a uniform y stays uniform within the half it lands in.
+    bits = row & y
+    for shift in (32, 16, 8, 4, 2, 1):  # fold the bits' parity into the lowest bit
+        bits ^= bits >> shift
+    parity = (bits & 1) == 0
+    wrong = parity != inside
+    y[wrong] ^= row[wrong] & -row[wrong]
+    return y

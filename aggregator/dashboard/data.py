@@ -14,12 +14,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aggregator.storage.store import Campaign, CampaignStore
-from shared.spec import PLANAR_LAPLACE
+from shared.spec import GEOMETRIC, PLANAR_LAPLACE
 
 MECHANISM_NAMES = {
     "rr": "Randomized response",
     "krr": "k-ary randomized response",
     PLANAR_LAPLACE: "Planar Laplace",
+    GEOMETRIC: "Geometric (discrete Laplace)",
 }
 METHOD_NAMES = {
     "ibu": "IBU (iterative Bayesian update)",
@@ -38,8 +39,11 @@ def iso_utc(timestamp: float | None) -> str | None:
 
 
 def epsilon_text(campaign: Campaign) -> str:
-    """Epsilon as an analyst reads it: per metre for locations, with the level/radius form."""
+    """Epsilon as an analyst reads it: per metre for locations, with the level/radius form, and
+    per unit for an integer range."""
     spec = campaign.spec
+    if spec.mechanism == GEOMETRIC:
+        return f"{spec.epsilon:g} per unit"
     if spec.mechanism != PLANAR_LAPLACE:
         return f"{spec.epsilon:g}"
     text = f"{spec.epsilon:g} per m"

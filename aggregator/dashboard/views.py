@@ -23,7 +23,7 @@ from aggregator.http.routes import bounded_estimate, load_campaign
 from aggregator.services import current_settings, get_store
 from aggregator.storage.store import Campaign, CampaignNotFound
 from shared.errors import ValidationError
-from shared.spec import PLANAR_LAPLACE
+from shared.spec import GEOMETRIC, PLANAR_LAPLACE
 
 # plotly's styles are injected at run time, hence 'unsafe-inline' for styles only.
 CONTENT_SECURITY_POLICY = (
@@ -142,12 +142,15 @@ def campaign_page(campaign_id: str) -> Any:
     store = get_store()
     last = store.last_report_times([spec.id])[spec.id]
     planar = spec.mechanism == PLANAR_LAPLACE
+    ordinal = spec.mechanism == GEOMETRIC
     return flask.render_template(
         "dashboard/campaign.html",
         campaign=data.campaign_row(campaign, last),
         planar=planar,
+        ordinal=ordinal,
         grid=spec.grid if planar else None,
-        domain_size=None if planar else len(spec.domain or ()),
+        value_range=(spec.lo, spec.hi) if ordinal else None,
+        domain_size=None if planar or ordinal else len(spec.domain or ()),
         methods=[(m, data.METHOD_NAMES.get(m, m)) for m in METHODS],
         default_method=estimates.DEFAULT_METHOD,
         refresh_s=current_settings().dashboard_refresh_s,

@@ -12,7 +12,8 @@ itself, only these two products:
 :class:`DenseChannel` is the plain reference; :class:`KRRChannel` applies
 k-RR's ``(p - q) I + q 11^T`` in O(k); :class:`PlanarLaplaceChannel` applies
 the grid channel as an FFT convolution plus the exact fold of the remapping,
-never forming the ``g^2 x g^2`` matrix.
+never forming the ``g^2 x g^2`` matrix; the geometric mechanism's channel
+(:mod:`aggregator.estimation.ordinal`) runs two recursive filters in O(m).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from scipy.sparse.linalg import LinearOperator, gmres
 
 from aggregator.estimation import fftw, krr_steps, planar_steps
 from aggregator.estimation.planar_kernel import kernel as planar_kernel
-from shared.mechanisms import KRR, Mechanism, PlanarLaplace
+from shared.mechanisms import KRR, Geometric, Mechanism, PlanarLaplace
 
 # Channels up to this many inputs are inverted through a dense LU factorisation.
 DENSE_SOLVE_LIMIT = 2500
@@ -92,6 +93,11 @@ class Channel(ABC):
         # A preconditioned GMRES measures its own residual; judge by the true one.
         residual = np.linalg.norm(self.forward(solution) - q)
         return solution, bool(residual <= GMRES_ACCEPT * np.linalg.norm(q))
+
+    def inversion_second_moment(self, q: np.ndarray) -> np.ndarray | None:
+        """``sum_y (C^-1)[y, x]^2 q_y`` per input ``x`` where the structure gives it exactly
+        and cheaply (the variance of the unbiased inversion), else ``None``."""
+        return None
 
     def preconditioner(self) -> LinearOperator | None:
         """An approximate inverse of ``p -> p C`` (for GMRES), if the structure offers one."""
@@ -452,4 +458,9 @@ def channel_for(mechanism: Mechanism) -> Channel:
         )
     if isinstance(mechanism, KRR):
         return KRRChannel(mechanism.k, mechanism.p_keep, mechanism.p_other)
+    if isinstance(mechanism, Geometric):
+        # ordinal builds on this module's Channel, so it is imported when first needed.
+        from aggregator.estimation.ordinal import GeometricChannel
+
+        return GeometricChannel(mechanism)
     raise TypeError(f"no channel for {type(mechanism).__name__}")

@@ -278,7 +278,10 @@ def inversion_variance(
     q = counts / n
     if isinstance(channel, KRRChannel):
         return q * (1 - q) / (n * (channel.p_keep - channel.p_other) ** 2)
-    if channel.n_inputs <= DENSE_SOLVE_LIMIT:
+    exact = channel.inversion_second_moment(q)
+    if exact is not None:
+        second_moment = exact
+    elif channel.n_inputs <= DENSE_SOLVE_LIMIT:
         second_moment = (channel.inverse_transpose() ** 2) @ q
     else:
         second_moment = _probed_second_moment(q, channel, seed)

@@ -36,7 +36,7 @@ from aggregator.http.parameters import QueryParameter, invalid_parameter
 from aggregator.storage.locks import Lock
 from aggregator.storage.store import Campaign, CampaignStore
 from shared.errors import ValidationError
-from shared.mechanisms import Mechanism, PlanarLaplace
+from shared.mechanisms import Geometric, Mechanism, PlanarLaplace
 from shared.schema import Number, String, is_positive_finite
 
 DEFAULT_METHOD = "ibu"
@@ -123,10 +123,12 @@ def cell_label(row: int, col: int) -> str:
 
 
 def output_labels(mechanism: Mechanism) -> list[str]:
-    """One label per output index: the category, or the grid cell."""
+    """One label per output index: the category, the grid cell, or the integer as text."""
     if isinstance(mechanism, PlanarLaplace):
         cols = mechanism.grid.cols
         return [cell_label(*divmod(y, cols)) for y in range(mechanism.n_outputs)]
+    if isinstance(mechanism, Geometric):
+        return [str(value) for value in range(mechanism.lo, mechanism.hi + 1)]
     return [mechanism.report_value(y) for y in range(mechanism.n_outputs)]
 
 
@@ -253,8 +255,9 @@ def estimate_response(
     ``method`` and ``confidence`` are already parsed. With no reports yet the
     response has ``n = 0`` and an empty ``estimates`` list. ``channel`` reuses
     an operator already built for this campaign (see :class:`ChannelCache`).
-    For categorical campaigns each row also has ``raw_frequency``, the share of
-    the noisy reports that carry that category. The work is charged to the
+    For categorical and geometric campaigns each row also has ``raw_frequency``,
+    the share of the noisy reports that carry that category or value; a
+    geometric estimate also gives its ``range``. The work is charged to the
     calling thread's budget (:mod:`aggregator.estimation.budget`), if it has one.
     """
     mechanism = campaign.mechanism
@@ -280,6 +283,8 @@ def estimate_response(
         for row, share in zip(response["estimates"], raw, strict=True):
             row["raw_frequency"] = float(share)
     response["poisoning"] = poisoning.check(mechanism, vector).to_dict()
+    if isinstance(mechanism, Geometric):
+        response["range"] = {"lo": mechanism.lo, "hi": mechanism.hi}
     if isinstance(mechanism, PlanarLaplace):
         grid = mechanism.grid
         response["grid"] = {

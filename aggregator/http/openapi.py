@@ -20,7 +20,7 @@ from aggregator.http.export import FORMAT
 from aggregator.http.routes import STATUS_UPDATE
 from aggregator.services import current_settings
 from aggregator.storage.store import STATUSES
-from shared.spec import CAMPAIGN_ID, KRR, PLANAR_LAPLACE, REGION, RR, SPEC_SCHEMAS
+from shared.spec import CAMPAIGN_ID, GEOMETRIC, KRR, PLANAR_LAPLACE, REGION, RR, SPEC_SCHEMAS
 from shared.wire import DEFAULT_MAX_BATCH, REPORT, report_batch
 
 bp = flask.Blueprint("openapi", __name__, url_prefix="/api/v1")
@@ -32,7 +32,12 @@ _CAMPAIGN_REF = {"$ref": "#/components/schemas/Campaign"}
 # the admin token also stands in for.
 _ADMIN: list[dict[str, list[str]]] = [{"admin": []}]
 _ANALYST: list[dict[str, list[str]]] = [{"analyst": []}, {"admin": []}]
-_SPEC_VARIANTS = {RR: "RRSpec", KRR: "KRRSpec", PLANAR_LAPLACE: "PlanarSpec"}
+_SPEC_VARIANTS = {
+    RR: "RRSpec",
+    KRR: "KRRSpec",
+    PLANAR_LAPLACE: "PlanarSpec",
+    GEOMETRIC: "GeometricSpec",
+}
 
 
 def _json(schema: dict, description: str) -> dict:
@@ -185,13 +190,17 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
                 "items": {
                     "type": "object",
                     "properties": {
-                        "label": {"type": "string"},
+                        "label": {
+                            "type": "string",
+                            "description": "the category, the grid cell, or the integer value "
+                            "as text (geometric)",
+                        },
                         "frequency": {"type": "number"},
                         "ci_low": {"type": "number"},
                         "ci_high": {"type": "number"},
                         "raw_frequency": {
                             "type": "number",
-                            "description": "rr and krr only: share of the noisy reports",
+                            "description": "rr, krr and geometric only: share of the noisy reports",
                         },
                     },
                 },
@@ -204,6 +213,11 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
             "interval_method": {"type": "string"},
             "seconds": {"type": "number", "description": "estimation time"},
             "poisoning": _POISONING,
+            "range": {
+                "type": "object",
+                "description": "geometric only: the integers lo..hi, one estimate each in order",
+                "properties": {"lo": {"type": "integer"}, "hi": {"type": "integer"}},
+            },
             "grid": {
                 "type": "object",
                 "description": "planar_laplace only: cells[row][col], row 0 south, col 0 west",

@@ -21,6 +21,14 @@ PLANAR_SPEC = {
     "region": {"lat_min": 37.77, "lat_max": 37.78, "lon_min": -122.42, "lon_max": -122.41},
     "cell_size_m": 200,
 }
+GEOMETRIC_SPEC = {
+    "id": "age",
+    "title": "Your age",
+    "mechanism": "geometric",
+    "epsilon": 0.5,
+    "lo": 0,
+    "hi": 120,
+}
 
 
 def new_id() -> str:

@@ -26,8 +26,10 @@ from aggregator.http.routes import STATUS_UPDATE
 from aggregator.storage.store import STATUSES
 from shared.spec import (
     CAMPAIGN_ID,
+    MAX_BOUND,
     MAX_DOMAIN,
     MAX_EPSILON,
+    MAX_GEOMETRIC_EPSILON,
     MAX_LABEL_LENGTH,
     MAX_LATITUDE,
     MAX_TITLE_LENGTH,
@@ -78,6 +80,14 @@ SPEC_BASES = {
         "epsilon": 0.01,
         "region": REGION,
         "cell_size_m": 20,
+    },
+    "geometric": {
+        "id": "x",
+        "title": "Age",
+        "mechanism": "geometric",
+        "epsilon": 0.5,
+        "lo": 0,
+        "hi": 120,
     },
 }
 
@@ -191,7 +201,7 @@ def _with_companions(body: dict, path: tuple, keyword: str, value: Any) -> dict 
 
     A region's other corner stays 0.001 degrees away on the inner side; a minimum
     at its upper bound (or a maximum at its lower one) has no inner side, so no
-    valid body has it (None). The privacy level and radius come together, instead
+    valid body has it (None); a geometric range's ends likewise. The privacy level and radius come together, instead
     of epsilon.
     """
     if path[:1] == ("region",) and isinstance(value, (int, float)):
@@ -201,6 +211,12 @@ def _with_companions(body: dict, path: tuple, keyword: str, value: Any) -> dict 
         other = f"{axis}_{'max' if end == 'min' else 'min'}"
         corner = value + 0.001 if end == "min" else value - 0.001
         return _set(_set(body, path, value), ("region", other), corner)
+    if path in (("lo",), ("hi",)) and isinstance(value, int):
+        # The other end of a geometric range stays 10 values away on the inner side.
+        if (path[0], keyword) in (("lo", "maximum"), ("hi", "minimum")):
+            return None
+        other = ("hi",) if path == ("lo",) else ("lo",)
+        return _set(_set(body, path, value), other, value + 10 if path == ("lo",) else value - 10)
     if path in (("privacy_level",), ("privacy_radius_m",)):
         body = {key: v for key, v in body.items() if key != "epsilon"}
         body = {**body, "privacy_level": 0.001, "privacy_radius_m": 200}
@@ -255,6 +271,7 @@ def _body_cases(document: dict, walker: Walker):
         "RRSpec": (SPEC_BASES["rr"], walker.spec),
         "KRRSpec": (SPEC_BASES["krr"], walker.spec),
         "PlanarSpec": (SPEC_BASES["planar_laplace"], walker.spec),
+        "GeometricSpec": (SPEC_BASES["geometric"], walker.spec),
         "Report": (report, walker.report),
         "ReportBatch": ({"reports": [report]}, walker.report),
         "status": ({"status": "closed"}, walker.update),
@@ -303,6 +320,9 @@ def test_every_documented_request_bound_is_enforced(served, client, admin, analy
         ("KRRSpec", "domain[0]", "maxLength", "outside"),
         ("PlanarSpec", "region.lat_max", "maximum", "inside"),
         ("PlanarSpec", "region.lat_min", "minimum", "outside"),
+        ("GeometricSpec", "lo", "minimum", "inside"),
+        ("GeometricSpec", "hi", "maximum", "outside"),
+        ("GeometricSpec", "epsilon", "maximum", "inside"),
         ("ReportBatch", "reports", "maxItems", "outside"),
         ("Report", "enrollment_token", "pattern", "inside"),
         ("count", "count", "maximum", "inside"),
@@ -358,7 +378,12 @@ def _values(schema: Any, document: dict) -> Iterator[tuple[str, Any]]:
 def test_every_enforced_bound_is_in_the_served_document(served):
     schemas = served["components"]["schemas"]
     # The validators' descriptors, as the server emits them, are the document's schemas.
-    names = {"rr": "RRSpec", "krr": "KRRSpec", "planar_laplace": "PlanarSpec"}
+    names = {
+        "rr": "RRSpec",
+        "krr": "KRRSpec",
+        "planar_laplace": "PlanarSpec",
+        "geometric": "GeometricSpec",
+    }
     for mechanism, descriptor in SPEC_SCHEMAS.items():
         assert schemas[names[mechanism]] == descriptor.schema()
     assert schemas["Report"] == REPORT.schema()
@@ -385,6 +410,8 @@ def test_every_enforced_bound_is_in_the_served_document(served):
         ("maxLength", MAX_LABEL_LENGTH),
         ("maxLength", MAX_TITLE_LENGTH),
         ("maximum", MAX_EPSILON),
+        ("maximum", MAX_GEOMETRIC_EPSILON),
+        ("maximum", MAX_BOUND),
         ("minimum", -MAX_LATITUDE),
         ("maximum", MAX_LATITUDE),
         ("minimum", MIN_CELL_SIZE_M),

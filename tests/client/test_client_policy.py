@@ -99,6 +99,8 @@ def test_cost_is_charged_in_ground_distance_far_from_the_equator():
         ({"total_budget": -1}, ValueError),
         ({"total_budget": math.inf}, ValueError),
         ({"location_radius_m": math.nan}, ValueError),
+        ({"value_radius": 0}, ValueError),
+        ({"value_radius": 1.5}, ValueError),
         ({"max_epsilon": True}, TypeError),
         ({"max_epsilon": "1"}, TypeError),
     ],
@@ -128,3 +130,19 @@ def test_cost_covers_geodesic_distance_on_the_ellipsoid():
     cost = Policy(location_radius_m=radius).cost(spec)
     assert cost == 0.005 * worst_centre_distance_m(spec, spec.region.ground_distortion() * radius)
     assert cost > 0.005 * worst_centre_distance_m(spec, on_sphere)
+
+
+@pytest.mark.parametrize(("radius", "lo", "hi", "cost"), [(2, 0, 120, 0.5), (1, 0, 120, 0.25)])
+def test_a_geometric_report_costs_epsilon_per_unit_over_the_value_radius(radius, lo, hi, cost):
+    spec = CampaignSpec.from_dict(
+        {"id": "g", "title": "g", "mechanism": "geometric", "epsilon": 0.25, "lo": lo, "hi": hi}
+    )
+    assert Policy(value_radius=radius).cost(spec) == pytest.approx(cost)
+
+
+def test_a_geometric_cost_is_capped_by_the_width_of_the_range():
+    # Beyond the width nothing is left to hide: two values are at most hi - lo apart.
+    spec = CampaignSpec.from_dict(
+        {"id": "g", "title": "g", "mechanism": "geometric", "epsilon": 0.3, "lo": 1, "hi": 5}
+    )
+    assert Policy(value_radius=50).cost(spec) == pytest.approx(0.3 * 4)

@@ -11,7 +11,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from test_client_e2e import LABELS, Proxy, counts, krr_campaign, total
+from test_client_e2e import LABELS, Proxy, counts, krr_campaign, total, unique_id
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,6 +71,34 @@ def test_cli_round_trip(live_server, tmp_path):
     assert "weakens your longitudinal protection" in forget.stderr
     status = json.loads(ldp_client(env, "status", "--json").stdout)
     assert status["campaigns"] == [] and status["budget"]["forgotten"] == 1.0
+
+
+def test_cli_reports_an_integer_to_a_geometric_campaign(live_server, tmp_path):
+    campaign_id = unique_id("age")
+    live_server.create_campaign(
+        {"id": campaign_id, "title": "Age", "mechanism": "geometric", "epsilon": 0.25}
+        | {"lo": 0, "hi": 120}
+    )
+    env = cli_env(live_server, tmp_path / "state")
+    sent = ldp_client(env, "report", campaign_id, "42", "--json")
+    assert sent.returncode == 0, sent.stderr
+    result = json.loads(sent.stdout)
+    # The default value radius is 2: 0.25 per unit costs 0.5.
+    assert result["outcome"] == "delivered" and result["charged"] == 0.5
+    noisy = result["payload"]["value"]
+    assert isinstance(noisy, int) and 0 <= noisy <= 120
+    assert "42" not in sent.stderr
+    assert counts(live_server, campaign_id) == {str(noisy): 1}
+
+    wider = ldp_client(env, "--value-radius", "8", "report", campaign_id, "30", "--json")
+    assert wider.returncode == 0, wider.stderr
+    assert json.loads(wider.stdout)["charged"] == 2.0
+
+    for bad, message in (("121", "outside the range"), ("4.5", "must be an integer")):
+        refused = ldp_client(env, "report", campaign_id, bad)
+        assert refused.returncode == 1
+        assert message in refused.stderr and "(range: the integers 0 to 120)" in refused.stderr
+        assert bad not in refused.stderr.replace("0 to 120", "")
 
 
 def test_cli_queues_while_the_server_is_down_and_flush_sends(live_server, tmp_path):

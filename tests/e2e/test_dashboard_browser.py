@@ -447,6 +447,50 @@ def test_planar_campaign_renders_both_heatmaps(tab, seeder, campaigns):
     tab.assert_no_console_errors()
 
 
+def test_geometric_campaign_draws_its_range_as_a_line_with_a_band(tab, seeder):
+    age = seeder.create(
+        {
+            "id": f"dash-age-{SUFFIX}",
+            "title": "Age (browser test)",
+            "mechanism": "geometric",
+            "epsilon": 0.3,
+            "lo": 10,
+            "hi": 89,
+        }
+    )
+    rng = random.Random(5)
+    seeder.post(age, [min(89, max(10, round(rng.gauss(42, 9)))) for _ in range(1200)], seed=5)
+    tab.open_campaign(age["id"])
+    tab.shot("line")
+    api = seeder.get(f"/campaigns/{age['id']}/estimate?method=ibu")
+    traces = tab.page.evaluate(
+        """() => document.getElementById('estimate-chart').data.map((trace) => ({
+            name: trace.name, type: trace.type, fill: trace.fill || null,
+            x: Array.from(trace.x), y: Array.from(trace.y)}))"""
+    )
+    low, high, line, raw = traces
+    values = list(range(10, 90))
+    assert all(trace["type"] == "scatter" and trace["x"] == values for trace in traces)
+    assert line["name"] == "estimate"
+    assert line["y"] == pytest.approx([row["frequency"] for row in api["estimates"]], abs=1e-12)
+    assert low["y"] == pytest.approx([row["ci_low"] for row in api["estimates"]], abs=1e-12)
+    assert (high["fill"], high["y"]) == (
+        "tonexty",
+        pytest.approx([row["ci_high"] for row in api["estimates"]], abs=1e-12),
+    )
+    assert raw["y"] == pytest.approx([row["raw_frequency"] for row in api["estimates"]])
+    assert tab.page.inner_text("#value-range") == "10 to 89 (80 values)"
+    assert tab.page.locator("#sort").count() == 0 and tab.page.locator("#top").count() == 0
+    # The table lists the 20 most likely values, most likely first.
+    ranked = sorted(api["estimates"], key=lambda row: -row["frequency"])[:20]
+    shown = tab.page.locator("#estimate-table tbody th").all_inner_texts()
+    assert shown == [row["label"] for row in ranked]
+    tab.page.select_option("#method", "inversion")
+    tab.wait_rendered("inversion")
+    assert tab.page.inner_text("#estimate-iterations") == "closed form"
+    tab.assert_no_console_errors()
+
+
 def test_a_report_posted_while_the_page_is_open_shows_up(tab, seeder, campaigns):
     live = campaigns["live"]
     tab.open_campaign(live["id"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import requests
 from click.testing import CliRunner
 from support import unique_id
 
@@ -178,3 +179,27 @@ def test_a_wrong_admin_token_is_reported(live_server):
     )
     assert result.exit_code == 1
     assert "Error: cannot create campaign" in result.output and "(401)" in result.output
+
+
+def test_a_geometric_campaign_end_to_end_through_the_command(live_server):
+    env = {
+        "LDP_ADMIN_TOKEN": live_server.admin_token,
+        "LDP_ANALYST_TOKEN": live_server.analyst_token,
+    }
+    campaign = unique_id("age")
+    args = ["via", "--no-progress", "--server", live_server.url, "--campaign", campaign]
+    args += ["--mechanism", "geometric", "--population", "zipf", "-k", "30", "--lo", "18"]
+    args += ["-e", "0.5", "-n", "200", "-m", "ibu,inversion", "--json"]
+    result = CliRunner().invoke(main, args, env=env)
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert (document["created"], document["delivered"], document["server_n"]) == (True, 200, 200)
+    served = requests.get(f"{live_server.url}/api/v1/campaigns/{campaign}", timeout=10).json()
+    spec, _ = CampaignSpec.from_wire(served)
+    # The population's 30 values are the integers 18..47, reported as integers.
+    assert (spec.mechanism, spec.lo, spec.hi, spec.epsilon) == ("geometric", 18, 47, 0.5)
+    rows = [r for r in document["results"] if r["source"] == "server"]
+    assert {r["method"] for r in rows} >= {"ibu", "inversion"}
+    # 200 users over 30 values: the server's IBU is about as close as the raw reports (TV 0.15).
+    (ibu,) = [r for r in rows if r["method"] == "ibu"]
+    assert ibu["tv"] < 0.3, ibu

@@ -338,3 +338,38 @@ def test_reproduce_names_a_bad_line_without_echoing_it(tmp_path):
     assert result.exit_code == 1
     assert "line 8: column 'lat' is not a number" in result.output
     assert "48.13x" not in result.output
+
+
+def test_the_geometric_mechanism_is_simulated_over_an_integer_range():
+    result = run(
+        "--mechanism", "geometric", "--population", "zipf", "-k", "40", "--lo", "18",
+        "-e", "0.5,2", "-n", "20000", "-m", "ibu,inversion,noisy", "--seed", "3", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = {(r["epsilon"], r["method"]): r for r in json.loads(result.output)["results"]}
+    assert {r["mechanism"] for r in rows.values()} == {"geometric"}
+    assert all(r["n"] == 20000 for r in rows.values())
+    # The estimates undo the noise,
+    # and more epsilon per unit means less error.
+    assert rows[(0.5, "ibu")]["tv"] < rows[(0.5, "noisy")]["tv"]
+    assert rows[(2.0, "inversion")]["tv"] < rows[(0.5, "inversion")]["tv"]
+
+
+def test_a_geometric_spec_file_fixes_the_range(tmp_path):
+    spec = {"id": "age", "title": "Age", "mechanism": "geometric", "epsilon": 0.3}
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({**spec, "lo": 10, "hi": 29}))
+    result = run(
+        "--spec", str(path), "--population", "uniform", "-n", "2000", "-m", "ibu", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)["results"]
+    assert (row["mechanism"], row["epsilon"], row["n"]) == ("geometric", 0.3, 2000)
+    assert json.loads(result.output)["inputs"] == 20
+
+
+def test_geometric_refuses_labels_and_locations():
+    labelled = run(
+        "--mechanism", "geometric", "--labels", "a,b", "--population", "uniform", "-k", "2"
+    )
+    assert labelled.exit_code == 2 and "not labels" in labelled.output

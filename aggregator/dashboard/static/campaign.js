@@ -11,6 +11,8 @@
   var root = document.getElementById("main");
   var cfg = root.dataset;
   var planar = cfg.mechanism === "planar_laplace";
+  var ordinal = cfg.mechanism === "geometric";
+  var ORDINAL_TABLE_ROWS = 20;
   var refreshMs = Math.max(1, Number(cfg.refreshS) || 5) * 1000;
   var plotConfig = { responsive: true, displaylogo: false, displayModeBar: false };
   var font = { family: "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", size: 13 };
@@ -268,6 +270,66 @@
       (raw ? " and the raw share of noisy reports (before correcting for the noise)" : ""));
   }
 
+  /* -- estimate: an integer range ---------------------------------------------------------- */
+
+  /* The estimate over the whole range in order as a line, its intervals as a shaded band,
+   * and the raw share of noisy reports as a thin grey line; the table lists the most
+   * likely values. */
+  function renderLine(estimate) {
+    var rows = estimate.estimates;
+    var level = percent(estimate.confidence, 0);
+    var x = rows.map(function (r) { return Number(r.label); });
+    var raw = hasRaw(rows);
+    var traces = [
+      {
+        type: "scatter", mode: "lines", name: level + " interval", x: x,
+        y: rows.map(function (r) { return r.ci_low; }),
+        line: { width: 0 }, hoverinfo: "skip", showlegend: false,
+      },
+      {
+        type: "scatter", mode: "lines", name: level + " interval", x: x,
+        y: rows.map(function (r) { return r.ci_high; }),
+        fill: "tonexty", fillcolor: "rgba(47, 111, 179, 0.2)", line: { width: 0 },
+        hoverinfo: "skip",
+      },
+      {
+        type: "scatter", mode: rows.length <= 60 ? "lines+markers" : "lines", name: "estimate",
+        x: x, y: rows.map(function (r) { return r.frequency; }),
+        customdata: rows.map(function (r) { return [r.ci_low, r.ci_high]; }),
+        line: { color: "#2f6fb3", width: 2 },
+        hovertemplate: "<b>%{x}</b><br>estimate %{y:.2%}<br>" + level +
+          " interval %{customdata[0]:.2%} to %{customdata[1]:.2%}<extra></extra>",
+      },
+    ];
+    if (raw) {
+      traces.push({
+        type: "scatter", mode: "lines", name: "raw share of noisy reports", x: x,
+        y: rows.map(function (r) { return r.raw_frequency; }),
+        line: { color: "#9aa3ad", width: 1 },
+        hovertemplate: "<b>%{x}</b><br>share of noisy reports %{y:.2%}<extra></extra>",
+      });
+    }
+    var top = rows.reduce(function (m, r) {
+      return Math.max(m, r.frequency, r.ci_high, raw ? r.raw_frequency : 0);
+    }, 0);
+    var layout = baseLayout({
+      xaxis: axis("value", { type: "linear" }),
+      yaxis: axis("share of reporters", Object.assign({ zeroline: true }, shareTicks(top))),
+      showlegend: true,
+      legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" },
+    });
+    layout.margin = Object.assign({}, layout.margin, { t: 40 });
+    Plotly.react("estimate-chart", traces, layout, plotConfig);
+    var likely = rows
+      .map(function (r, i) { return Object.assign({ index: i }, r); })
+      .sort(function (a, b) { return b.frequency - a.frequency || a.index - b.index; })
+      .slice(0, ORDINAL_TABLE_ROWS);
+    renderTable(likely.map(function (r) { return [r.label, r]; }),
+      "The " + likely.length + " most likely of " + rows.length.toLocaleString("en") +
+      " values, with " + level + " intervals" +
+      (raw ? " and the raw share of noisy reports" : ""));
+  }
+
   /* -- estimate: locations -------------------------------------------------------------- */
 
   function colorbar(zmax) {
@@ -415,6 +477,8 @@
     setText("estimate-intervals", percent(estimate.confidence, 0) + ", " + estimate.interval_method);
     if (planar) {
       renderHeatmaps(estimate);
+    } else if (ordinal) {
+      renderLine(estimate);
     } else {
       renderBars(estimate);
     }
@@ -535,7 +599,7 @@
   window.addEventListener("resize", function () {
     window.clearTimeout(resizeTimer);
     resizeTimer = window.setTimeout(function () {
-      if (!planar && state.estimate && state.estimate.n > 0) {
+      if (!planar && !ordinal && state.estimate && state.estimate.n > 0) {
         renderBars(state.estimate);
       }
     }, 200);

@@ -1,0 +1,139 @@
+"""Channels of the clamped geometric family as operators, never as matrices.
+
+The geometric mechanism on a range of ``m`` values (indices 0..m-1), with
+``a = exp(-epsilon)`` and ``c = (1 - a) / (1 + a)``::
+
+    C[x, y] = c a^|y - x|           for 0 < y < m - 1
+    C[x, 0] = a^x / (1 + a)         (the clamped lower tail)
+    C[x, m - 1] = a^(m-1-x) / (1 + a)
+
+The inner part is a convolution with ``a^|d|``, which two first-order
+recursive filters compute exactly in O(m) (one running up the range, one
+down): ``L[y] = v[y] + a L[y - 1]`` and ``R[y] = v[y] + a R[y + 1]`` give
+``sum_x v[x] a^|y - x| = L[y] + R[y] - v[y]``, and the tails' sums are ``R[0]``
+and ``L[m - 1]``. The Manhattan exponential mechanism on a grid is this
+channel along the rows times this channel along the columns, so its products
+are the one-dimensional ones applied along each axis in turn: O(cells).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.signal import lfilter
+
+from aggregator.estimation.channels import Channel
+from shared.mechanisms import ExponentialGrid, Geometric
+
+
+class ClampedGeometric:
+    """Products with the clamped geometric channel on ``m`` values, along one axis."""
+
+    def __init__(self, alpha: float, m: int):
+        self.alpha = alpha
+        self.m = m
+        self._inner = (1.0 - alpha) / (1.0 + alpha)
+        self._end = 1.0 / (1.0 + alpha)
+        powers = alpha ** np.arange(m, dtype=float)
+        # a^x and a^(m-1-x): each true value's weight on the lower and the upper end.
+        self._to_low = powers
+        self._to_high = powers[::-1].copy()
+
+    def _runs(self, v: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+        """(L, R): the discounted sums from below and from above, along ``axis``."""
+        feedback = [1.0, -self.alpha]
+        up = lfilter([1.0], feedback, v, axis=axis)
+        down = np.flip(lfilter([1.0], feedback, np.flip(v, axis), axis=axis), axis)
+        return up, down
+
+    def forward(self, p: np.ndarray, axis: int = -1) -> np.ndarray:
+        p = np.moveaxis(np.asarray(p, dtype=float), axis, -1)
+        up, down = self._runs(p, -1)
+        q = self._inner * (up + down - p)
+        q[..., 0] = self._end * down[..., 0]
+        q[..., -1] = self._end * up[..., -1]
+        return np.moveaxis(q, -1, axis)
+
+    def backward(self, u: np.ndarray, axis: int = -1) -> np.ndarray:
+        u = np.moveaxis(np.asarray(u, dtype=float), axis, -1)
+        inner = u.copy()
+        inner[..., 0] = inner[..., -1] = 0.0
+        up, down = self._runs(inner, -1)
+        result = self._inner * (up + down - inner)
+        result += self._end * u[..., :1] * self._to_low
+        result += self._end * u[..., -1:] * self._to_high
+        return np.moveaxis(result, -1, axis)
+
+
+class GeometricChannel(Channel):
+    """The geometric mechanism's channel on its range, with its exact banded inverse.
+
+    The inner convolution with ``c a^|d|`` is undone by the three-tap filter
+    ``((1 + a^2) r_y - a r_{y-1} - a r_{y+1}) / (1 - a)^2`` (its z-transform is the
+    reciprocal of the kernel's). On the unbounded lattice the report
+    distribution ``r`` below the range decays as ``r_0 a^j`` (every true value
+    lies above it), so the clamped end's probability is ``r_0 / (1 - a)``, and
+    likewise at the top. Hence ``p = q C^-1`` in O(m) exactly: ``r = q`` with the
+    two ends scaled by ``1 - a``, then the filter, whose ends read
+    ``(r_0 - a r_1) / (1 - a)^2`` (the lattice's ``r_{-1} = a r_0``). Each ``p_x``
+    depends on ``q_{x-1}, q_x, q_{x+1}`` only, which also gives the inversion's
+    variance exactly in O(m).
+    """
+
+    def __init__(self, mechanism: Geometric):
+        self.n_inputs = self.n_outputs = mechanism.n_inputs
+        self.alpha = mechanism.alpha
+        self._axis = ClampedGeometric(mechanism.alpha, mechanism.n_inputs)
+        m, a = self.n_inputs, self.alpha
+        # The ends' scale s_y and the filter's centre tap d_x, over the common (1 - a)^2.
+        self._scale = np.ones(m)
+        self._scale[[0, -1]] = 1.0 - a
+        self._centre = np.full(m, 1.0 + a * a)
+        self._centre[[0, -1]] = 1.0
+        self._denominator = (1.0 - a) ** 2
+
+    def forward(self, p: np.ndarray) -> np.ndarray:
+        return self._axis.forward(p)
+
+    def backward(self, u: np.ndarray) -> np.ndarray:
+        return self._axis.backward(u)
+
+    def solve_with_info(self, q: np.ndarray) -> tuple[np.ndarray, bool]:
+        """The ``p`` with ``p C = q``, exactly, in O(m) (see the class docstring)."""
+        r = self._scale * np.asarray(q, dtype=float)
+        p = self._centre * r
+        p[1:] -= self.alpha * r[:-1]
+        p[:-1] -= self.alpha * r[1:]
+        return p / self._denominator, True
+
+    def inversion_second_moment(self, q: np.ndarray) -> np.ndarray:
+        """``sum_y (C^-1)[y, x]^2 q_y`` for every ``x``, exactly, from the three taps."""
+        weighted = self._scale**2 * np.asarray(q, dtype=float)
+        moment = self._centre**2 * weighted
+        moment[1:] += self.alpha**2 * weighted[:-1]
+        moment[:-1] += self.alpha**2 * weighted[1:]
+        return moment / self._denominator**2
+
+
+class ManhattanGridChannel(Channel):
+    """The Manhattan exponential mechanism's channel on a ``rows x cols`` grid (row-major)."""
+
+    def __init__(self, mechanism: ExponentialGrid):
+        grid = mechanism.grid
+        self.shape = (grid.rows, grid.cols)
+        self.n_inputs = self.n_outputs = grid.n_cells
+        self._rows = ClampedGeometric(mechanism.alpha, grid.rows)
+        self._cols = ClampedGeometric(mechanism.alpha, grid.cols)
+
+    def _apply(self, v: np.ndarray, backward: bool) -> np.ndarray:
+        v = np.asarray(v, dtype=float)
+        planes = v.reshape(*v.shape[:-1], *self.shape)
+        along = "backward" if backward else "forward"
+        planes = getattr(self._cols, along)(planes, axis=-1)
+        planes = getattr(self._rows, along)(planes, axis=-2)
+        return planes.reshape(v.shape)
+
+    def forward(self, p: np.ndarray) -> np.ndarray:
+        return self._apply(p, backward=False)
+
+    def backward(self, u: np.ndarray) -> np.ndarray:
+        return self._apply(u, backward=True)
