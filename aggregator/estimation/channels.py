@@ -463,4 +463,12 @@ def channel_for(mechanism: Mechanism) -> Channel:
         from aggregator.estimation.ordinal import GeometricChannel
 
         return GeometricChannel(mechanism)
+    from aggregator.estimation.oracles import HadamardChannel, OLHChannel
+    from shared.mechanisms import HadamardResponse
+    from shared.oracles import OLH
+
+    if isinstance(mechanism, HadamardResponse):
+        return HadamardChannel(mechanism)
+    if isinstance(mechanism, OLH):
+        return OLHChannel(mechanism)
     raise TypeError(f"no channel for {type(mechanism).__name__}")

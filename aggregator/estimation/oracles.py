@@ -10,6 +10,12 @@ the Sylvester Hadamard matrix ``H`` (symmetric, ``H H = K I``). So
 
 and the inverse of report frequencies ``q`` is ``p_x = 2 (H q)_(x+1) / ((a - b) K)``:
 one fast Walsh-Hadamard transform, O(K log K), never the ``k x K`` matrix.
+
+Optimized local hashing (:class:`OLHChannel`) hashes every value under each of
+the pool's ``S`` hash functions in each product, O(S k), compiled with the
+``fast`` extra (:mod:`aggregator.estimation.oracle_loops`). Optimized unary
+encoding is not collected by the service; :func:`oue_estimate` estimates from
+its per-bit counts in O(k) (simulation, comparisons).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import numpy as np
 
 from aggregator.estimation.channels import Channel, SingularChannelError
 from shared.mechanisms import HadamardResponse
+from shared.oracles import OLH, OUE
 
 
 def walsh_hadamard(values: np.ndarray) -> np.ndarray:
@@ -39,6 +46,9 @@ def walsh_hadamard(values: np.ndarray) -> np.ndarray:
 
 class HadamardChannel(Channel):
     """Hadamard response's channel: ``k`` inputs, ``K`` outputs."""
+
+    # See OLHChannel: analytic intervals around the unbiased estimate for every method.
+    intervals_around_unbiased = True
 
     def __init__(self, mechanism: HadamardResponse):
         self.n_inputs, self.n_outputs = mechanism.k, mechanism.size
@@ -73,3 +83,139 @@ class HadamardChannel(Channel):
             )
         transformed = walsh_hadamard(np.asarray(q, dtype=float))[..., 1 : self.n_inputs + 1]
         return transformed / (spread * self.n_outputs), True
+
+    def inversion_second_moment(self, q: np.ndarray) -> np.ndarray:
+        """Every entry of the inverse is ``+-1 / (spread K)``: ``sum(q) / (spread K)^2``."""
+        spread = (self.inside - self.outside) / 2
+        return np.full(self.n_inputs, np.sum(q) / (spread * self.n_outputs) ** 2)
+
+
+def _olh_loops():
+    """The compiled OLH loops with the ``fast`` extra (numba), else ``None`` (numpy)."""
+    try:
+        from aggregator.estimation import oracle_loops
+    except ImportError:
+        return None
+    return oracle_loops
+
+
+def olh_buckets(
+    multiplier: int, offset: int, values: np.ndarray, g: int, out: np.ndarray | None = None
+) -> np.ndarray:
+    """``H(x)`` for an array of values, in uint64 arithmetic (see :func:`shared.oracles.hash_value`)."""
+    work = np.multiply(values, np.uint64(multiplier), out=out)
+    work += np.uint64(offset)
+    work >>= np.uint64(32)
+    work *= np.uint64(g)
+    work >>= np.uint64(32)
+    return work
+
+
+class OLHChannel(Channel):
+    r"""OLH's channel: ``k`` inputs, ``S g`` outputs ``y = s g + v``, applied in O(S k).
+
+    ``C[x, (s, v)] = (q + (p - q) [H_s(x) = v]) / S``. So
+
+        forward(f)[s, v] = (q sum(f) + (p - q) sum_{x: H_s(x) = v} f_x) / S
+        backward(u)_x = (q sum(u) + (p - q) sum_s u[s, H_s(x)]) / S
+
+    Each hashes every value under every seed; nothing of size ``S k`` is stored.
+
+    :meth:`solve_with_info` is the support-count estimator
+    ``f_x = (pi_x - 1/g) / (p - 1/g)`` with ``pi_x = sum_s q[s, H_s(x)]``: unbiased
+    over the draw of the pool, not an exact inverse of this pool's channel (which
+    has more outputs than inputs). :meth:`inversion_second_moment` gives its
+    multinomial variance in closed form.
+    """
+
+    # Intervals around any estimate of this channel come from the unbiased estimate's
+    # analytic interval (a bootstrap would rerun S k work per replicate).
+    intervals_around_unbiased = True
+
+    def __init__(self, mechanism: OLH):
+        self.n_inputs = mechanism.k
+        self.g = mechanism.g
+        self.pool_size = mechanism.pool_size
+        self.n_outputs = self.pool_size * self.g
+        self.p_keep = mechanism.p_keep
+        self.p_other = mechanism.p_other
+        pool = np.array(mechanism.pool, dtype=np.uint64).reshape(self.pool_size, 2)
+        self.multipliers = np.ascontiguousarray(pool[:, 0])
+        self.offsets = np.ascontiguousarray(pool[:, 1])
+        self._values = np.arange(self.n_inputs, dtype=np.uint64)
+        self._loops = _olh_loops()
+
+    def buckets(self, seed: int) -> np.ndarray:
+        """``H_seed(x)`` for every value, as indices."""
+        hashed = olh_buckets(
+            int(self.multipliers[seed]), int(self.offsets[seed]), self._values, self.g
+        )
+        return hashed.astype(np.intp)
+
+    def gather(self, u: np.ndarray) -> np.ndarray:
+        """``sum_s u[s, H_s(x)]`` for every value ``x`` (``u`` of length ``S g``)."""
+        table = np.ascontiguousarray(np.asarray(u, dtype=float).reshape(self.pool_size, self.g))
+        if self._loops is not None:
+            return self._loops.gather(table, self.multipliers, self.offsets, self.g, self.n_inputs)
+        out = np.zeros(self.n_inputs)
+        scratch = np.empty(self.n_inputs, dtype=np.uint64)
+        for s in range(self.pool_size):
+            hashed = olh_buckets(
+                int(self.multipliers[s]), int(self.offsets[s]), self._values, self.g, scratch
+            )
+            out += table[s].take(hashed.astype(np.intp))
+        return out
+
+    def scatter(self, f: np.ndarray) -> np.ndarray:
+        """``sum_{x: H_s(x) = v} f_x`` as an ``S x g`` table."""
+        f = np.ascontiguousarray(f, dtype=float)
+        if self._loops is not None:
+            return self._loops.scatter(f, self.multipliers, self.offsets, self.g)
+        out = np.empty((self.pool_size, self.g))
+        for s in range(self.pool_size):
+            out[s] = np.bincount(self.buckets(s), weights=f, minlength=self.g)
+        return out
+
+    def forward(self, p: np.ndarray) -> np.ndarray:
+        p = np.asarray(p, dtype=float)
+        spread = self.p_keep - self.p_other
+        table = self.p_other * p.sum() + spread * self.scatter(p)
+        return table.ravel() / self.pool_size
+
+    def backward(self, u: np.ndarray) -> np.ndarray:
+        u = np.asarray(u, dtype=float)
+        spread = self.p_keep - self.p_other
+        return (self.p_other * u.sum() + spread * self.gather(u)) / self.pool_size
+
+    def _excess(self) -> float:
+        excess = self.p_keep - 1.0 / self.g
+        if excess <= 0:
+            raise SingularChannelError("OLH with epsilon this small cannot be inverted")
+        return excess
+
+    def solve_with_info(self, q: np.ndarray) -> tuple[np.ndarray, bool]:
+        """The support-count estimate ``(pi_x - 1/g) / (p - 1/g)`` (unbiased over the pool)."""
+        support = self.gather(q)
+        return (support - 1.0 / self.g) / self._excess(), True
+
+    def inversion_second_moment(self, q: np.ndarray) -> np.ndarray:
+        """``sum_y L[x, y]^2 q_y`` of the support estimator ``L``, from the support shares."""
+        support = self.gather(q)
+        inside, outside = 1.0 - 1.0 / self.g, 1.0 / self.g
+        return (inside**2 * support + outside**2 * (1.0 - support)) / self._excess() ** 2
+
+
+def oue_estimate(
+    mechanism: OUE, ones: np.ndarray, n: int, confidence: float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
+    """OUE's unbiased estimate from ``ones[x]``, the reports with bit ``x`` set, out of ``n``.
+
+    Returns ``(frequencies, variance)``: ``(c_x / n - q) / (p - q)`` and its
+    multinomial variance ``pi_x (1 - pi_x) / (n (p - q)^2)`` with the observed
+    share ``pi_x = c_x / n``. O(k).
+    """
+    share = np.asarray(ones, dtype=float) / n
+    spread = mechanism.p - mechanism.q
+    estimate = (share - mechanism.q) / spread
+    variance = share * (1.0 - share) / (n * spread**2)
+    return estimate, variance
