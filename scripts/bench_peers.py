@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import itertools
 import math
 import multiprocessing
 import os
@@ -50,15 +51,16 @@ if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project i
     sys.path.insert(0, str(ROOT))
 
 from aggregator.estimation import MatrixInversion, channel_for  # noqa: E402
-from aggregator.estimation.channels import Channel  # noqa: E402
-from aggregator.estimation.estimators import clip_and_normalise  # noqa: E402
-from aggregator.estimation.oracles import HadamardChannel  # noqa: E402
+from aggregator.estimation.estimators import clip_and_normalise, project_to_simplex  # noqa: E402
+from aggregator.estimation.oracles import OLHChannel, oue_estimate  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
 from shared.mechanisms import KRR, HadamardResponse, Mechanism  # noqa: E402
-from simulate.sampling import sample  # noqa: E402
+from shared.oracles import OLH, OUE  # noqa: E402
+from simulate.sampling import oue_ones, sample  # noqa: E402
 
 SECTION = "peers"
 DOC = ROOT / "docs" / "mechanisms.md"
+MECHANISMS = ("k-RR", "Hadamard response", "OUE", "OLH")
 KS = (100, 1_000, 10_000, 100_000)
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 ZIPF_S = 1.1
@@ -66,6 +68,7 @@ PEER_INSTALL = "pip install -e '.[peers]'"
 # A peer whose reports are k numbers a user (unary encoding) is not run when its reports
 # would take more memory than this (the machine is shared).
 REPORT_MEMORY_CAP = 2 * 2**30
+POOL = 1024  # hash functions in a pool: ours by default, and pure-ldp's FastLH here
 
 
 # --- ours -----------------------------------------------------------------------------------
@@ -75,56 +78,73 @@ def labels(k: int) -> tuple[str, ...]:
     return tuple(str(i) for i in range(k))
 
 
-def our_mechanism(name: str, k: int, epsilon: float) -> Mechanism:
+def our_mechanism(name: str, k: int, epsilon: float) -> Mechanism | OUE:
     if name == "k-RR":
         return KRR(epsilon=epsilon, domain=labels(k))
     if name == "Hadamard response":
-        return HadamardResponse(epsilon=epsilon, domain=labels(k))
+        return HadamardResponse(epsilon=epsilon, domain_size=k)
+    if name == "OUE":
+        return OUE(epsilon=epsilon, domain_size=k)
+    if name == "OLH":
+        return OLH(epsilon=epsilon, domain_size=k)  # the default pool of hash functions
     raise ValueError(f"unknown mechanism {name!r}")
-
-
-def our_channel(mechanism: Mechanism) -> Channel:
-    """``channel_for``'s operator; Hadamard response's where ``channel_for`` has none yet."""
-    try:
-        return channel_for(mechanism)
-    except TypeError:
-        if isinstance(mechanism, HadamardResponse):
-            return HadamardChannel(mechanism)
-        raise
 
 
 @dataclass
 class OurRun:
-    """One run of our pipeline: its reports, their counts, its time and its estimates."""
+    """One run of our pipeline: its reports, their counts, its time and its estimates.
 
-    reports: np.ndarray
+    ``counts`` are the per-output report counts (per-bit counts of 1s for OUE, which has no
+    reports here); ``support`` OLH's support counts (reports whose bucket is the value's under
+    their seed).
+    """
+
+    reports: np.ndarray | None
     counts: np.ndarray
     seconds: float
     estimates: dict[str, np.ndarray]  # "inversion", "clip", "projection"
+    n: int
+    support: np.ndarray | None = None
+
+
+def _one_pipeline(
+    name: str, values: np.ndarray, k: int, epsilon: float, generator: np.random.Generator
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray, Any]:
+    """(reports, counts, unbiased, projected, mechanism): the timed part of our pipeline."""
+    mechanism = our_mechanism(name, k, epsilon)
+    if isinstance(mechanism, OUE):
+        # The exact law of the per-bit sums of n users' reports, drawn in O(k) from the
+        # users' value counts (simulate.sampling.oue_ones): no user's k bits are materialised.
+        ones = oue_ones(mechanism, np.bincount(values, minlength=k), generator)
+        unbiased, _ = oue_estimate(mechanism, ones, len(values))
+        return None, ones, unbiased, project_to_simplex(unbiased), mechanism
+    reports = sample(mechanism, values, generator)
+    counts = np.bincount(reports, minlength=mechanism.n_outputs)
+    fitted = MatrixInversion(postprocess="projection").fit(counts, channel_for(mechanism))
+    return reports, counts, np.asarray(fitted.unbiased_), fitted.frequencies_, mechanism
 
 
 def our_pipeline(
     name: str, values: np.ndarray, k: int, epsilon: float, seed: int, repeats: int = 3
 ) -> OurRun:
     """Perturb every user, count the reports and estimate, timed from the mechanism's
-    construction to the projected estimate (median of ``repeats`` runs)."""
+    construction to the projected estimate (median of ``repeats`` runs on the same draws)."""
     times = []
-    for _ in range(repeats):  # the same draws each time: the median time of one pipeline
+    for _ in range(repeats):
         generator = np.random.default_rng([seed, 1])
         started = time.perf_counter()
-        mechanism = our_mechanism(name, k, epsilon)
-        reports = sample(mechanism, values, generator)
-        counts = np.bincount(reports, minlength=mechanism.n_outputs)
-        fitted = MatrixInversion(postprocess="projection").fit(counts, our_channel(mechanism))
+        reports, counts, unbiased, projected, mechanism = _one_pipeline(
+            name, values, k, epsilon, generator
+        )
         times.append(time.perf_counter() - started)
-    seconds = statistics.median(times)
-    unbiased = np.asarray(fitted.unbiased_, dtype=float)
+    unbiased = np.asarray(unbiased, dtype=float)
     estimates = {
         "inversion": unbiased,
         "clip": clip_and_normalise(unbiased),
-        "projection": np.asarray(fitted.frequencies_, dtype=float),
+        "projection": np.asarray(projected, dtype=float),
     }
-    return OurRun(reports, counts, seconds, estimates)
+    support = OLHChannel(mechanism).gather(counts) if isinstance(mechanism, OLH) else None
+    return OurRun(reports, counts, statistics.median(times), estimates, len(values), support)
 
 
 # --- peers ----------------------------------------------------------------------------------
@@ -209,7 +229,85 @@ def pure_ldp_peers() -> list[Peer]:
         server.n = len(run.reports)
         return np.asarray(server.estimate_all(range(k), suppress_warnings=True)) / server.n
 
+    def ue_pipeline(values: np.ndarray, k: int, epsilon: float, seed: int) -> np.ndarray:
+        seed_peers(seed)
+        client = oracles.UEClient(epsilon, k, use_oue=True, index_mapper=identity)
+        server = oracles.UEServer(epsilon, k, use_oue=True, index_mapper=identity)
+        for value in values.tolist():
+            server.aggregate(client.privatise(value))
+        return np.asarray(server.estimate_all(range(k), suppress_warnings=True)) / len(values)
+
+    def ue_on_ours(run: OurRun, k: int, epsilon: float) -> np.ndarray:
+        server = oracles.UEServer(epsilon, k, use_oue=True, index_mapper=identity)
+        server.aggregated_data = run.counts.astype(float)
+        server.n = run.n
+        return np.asarray(server.estimate_all(range(k), suppress_warnings=True)) / run.n
+
+    def lh_pipeline(values: np.ndarray, k: int, epsilon: float, seed: int) -> np.ndarray:
+        seed_peers(seed)
+        client = oracles.LHClient(epsilon, k, use_olh=True, index_mapper=identity)
+        server = oracles.LHServer(epsilon, k, use_olh=True, index_mapper=identity)
+        for value in values.tolist():
+            server.aggregate(client.privatise(value))
+        return np.asarray(server.estimate_all(range(k), suppress_warnings=True)) / len(values)
+
+    def lh_on_ours(run: OurRun, k: int, epsilon: float) -> np.ndarray:
+        server = oracles.LHServer(epsilon, k, use_olh=True, index_mapper=identity)
+        server.aggregated_data = np.asarray(run.support, dtype=float)
+        server.n = run.n
+        return np.asarray(server.estimate_all(range(k), suppress_warnings=True)) / run.n
+
+    def flh_pipeline(values: np.ndarray, k: int, epsilon: float, seed: int) -> np.ndarray:
+        seed_peers(seed)
+        server = oracles.FastLHServer(epsilon, k, POOL, use_olh=True, index_mapper=identity)
+        client = oracles.FastLHClient(epsilon, k, POOL, use_olh=True, index_mapper=identity)
+        for value in values.tolist():
+            server.aggregate(client.privatise(value))
+        return np.asarray(server.estimate_all(range(k), suppress_warnings=True)) / len(values)
+
     return [
+        Peer(
+            "OUE",
+            "pure-ldp",
+            "UE (use_oue)",
+            "inversion",
+            ue_pipeline,
+            ue_on_ours,
+            notes=[
+                "pure-ldp OUE: `UEClient.privatise` draws the k bits with `np.random.choice` per "
+                "user, `UEServer.aggregate` adds each user's vector; on our reports its server "
+                "gets our per-bit counts of 1s and is compared with our unbiased estimate."
+            ],
+        ),
+        Peer(
+            "OLH",
+            "pure-ldp",
+            "LH (use_olh)",
+            "inversion",
+            lh_pipeline,
+            lh_on_ours,
+            notes=[
+                "pure-ldp OLH (`LHClient`/`LHServer`, use_olh): a fresh hash seed per user "
+                "(`random.randint(0, sys.maxsize)`, xxhash32 of the value's decimal text), so "
+                "the server hashes every value for every report (n k hashes in Python); ours "
+                f"draws from a fixed pool of {POOL} seeds. Same g = round(e^epsilon) + 1. On our "
+                "reports it gets our support counts (which its own hashes cannot recompute: the "
+                "hash families differ) and is compared with our unbiased estimate."
+            ],
+        ),
+        Peer(
+            "OLH",
+            "pure-ldp",
+            f"FastLH (pool {POOL})",
+            "inversion",
+            flh_pipeline,
+            notes=[
+                f"pure-ldp FastLH: a pool of {POOL} xxhash seeds, like ours; its server hashes "
+                "the whole pool x domain table in Python when built (twice: its constructor and "
+                "its update_params both build it) and sums each value's support over the pool "
+                "with `np.apply_along_axis`."
+            ],
+        ),
         Peer(
             "k-RR",
             "pure-ldp",
@@ -245,8 +343,10 @@ def pure_ldp_peers() -> list[Peer]:
 
 def multi_freq_peers() -> list[Peer]:
     grr = optional("multi_freq_ldpy.pure_frequency_oracles.GRR")
+    ue = optional("multi_freq_ldpy.pure_frequency_oracles.UE")
+    lh = optional("multi_freq_ldpy.pure_frequency_oracles.LH")
     estimators = optional("multi_freq_ldpy.estimators.Histogram_estimator")
-    if grr is None or estimators is None:
+    if grr is None or ue is None or lh is None or estimators is None:
         return []
 
     def grr_pipeline(values: np.ndarray, k: int, epsilon: float, seed: int) -> np.ndarray:
@@ -263,7 +363,64 @@ def multi_freq_peers() -> list[Peer]:
     def grr_warmup(k: int, epsilon: float) -> None:
         grr.GRR_Client(0, k, epsilon)  # numba compiles on the first call: not timed
 
+    def ue_pipeline(values: np.ndarray, k: int, epsilon: float, seed: int) -> np.ndarray:
+        seed_peers(seed)
+        reports = [ue.UE_Client(value, k, epsilon, True) for value in values.tolist()]
+        return np.asarray(ue.UE_Aggregator_MI(reports, epsilon, True))
+
+    def ue_on_ours(run: OurRun, k: int, epsilon: float) -> np.ndarray:
+        q = 1 / (math.exp(epsilon) + 1)
+        return np.asarray(estimators.MI(run.counts.astype(float), run.n, 0.5, q))
+
+    def ue_warmup(k: int, epsilon: float) -> None:
+        ue.UE_Client(0, k, epsilon, True)
+
+    def lh_pipeline(values: np.ndarray, k: int, epsilon: float, seed: int) -> np.ndarray:
+        seed_peers(seed)
+        reports = [lh.LH_Client(value, k, epsilon, True) for value in values.tolist()]
+        return np.asarray(lh.LH_Aggregator_MI(reports, k, epsilon, True))
+
+    def lh_on_ours(run: OurRun, k: int, epsilon: float) -> np.ndarray:
+        g = round(math.exp(epsilon)) + 1
+        p = math.exp(epsilon) / (math.exp(epsilon) + g - 1)
+        support = np.asarray(run.support, dtype=float)
+        return np.asarray(estimators.MI(support, run.n, p, 1 / g))
+
+    def lh_warmup(k: int, epsilon: float) -> None:
+        lh.LH_Client(0, k, epsilon, True)
+
     return [
+        Peer(
+            "OUE",
+            "multi-freq-ldpy",
+            "UE (optimal)",
+            "clip",
+            ue_pipeline,
+            ue_on_ours,
+            report_bytes=lambda n, k: 8 * n * k,
+            warmup=ue_warmup,
+            notes=[
+                "multi-freq-ldpy OUE: `UE_Client` per user (numba) returns k float64s, all kept "
+                "in a list until `UE_Aggregator_MI` sums them (so not run where n k 8 bytes "
+                f"exceed {REPORT_MEMORY_CAP / 2**30:g} GiB: '> memory'); estimate clipped and "
+                "renormalised. On our reports its `MI` gets our per-bit counts."
+            ],
+        ),
+        Peer(
+            "OLH",
+            "multi-freq-ldpy",
+            "LH (optimal)",
+            "clip",
+            lh_pipeline,
+            lh_on_ours,
+            warmup=lh_warmup,
+            notes=[
+                "multi-freq-ldpy OLH: a fresh seed per user (`np.random.randint(0, "
+                "sys.maxsize)`), `LH_Aggregator_MI` hashes every value for every report in "
+                "Python (n k xxhash32 calls), then clips and renormalises; on our reports its "
+                "`MI` gets our support counts."
+            ],
+        ),
         Peer(
             "k-RR",
             "multi-freq-ldpy",
@@ -352,11 +509,12 @@ class Grid:
     users: int
     seeds: int
     budget: float
+    peer_seeds: int
 
 
-def bench(grid: Grid, peers: list[Peer]) -> list[Row]:
+def bench(grid: Grid, mechanisms: Sequence[str], peers: list[Peer]) -> list[Row]:
     rows = []
-    for mechanism in grid.mechanisms:
+    for mechanism in mechanisms:
         mine = [peer for peer in peers if peer.mechanism == mechanism]
         for epsilon in grid.epsilons:
             given_up: set[str] = set()
@@ -405,7 +563,10 @@ def bench(grid: Grid, peers: list[Peer]) -> list[Row]:
                     if peer.warmup is not None:
                         peer.warmup(k, epsilon)
                     seconds, errors = [], []
-                    for seed, (v, truth) in enumerate(zip(values, truths, strict=True)):
+                    peer_draws = zip(values, truths, strict=True)
+                    for seed, (v, truth) in enumerate(
+                        itertools.islice(peer_draws, grid.peer_seeds)
+                    ):
                         outcome = run_with_budget(
                             functools.partial(peer.pipeline, v, k, epsilon, seed), grid.budget
                         )
@@ -472,7 +633,8 @@ def markdown(
     rows: list[Row], big: list, grid: Grid, big_users: int, peers: list[Peer], notes: Sequence[str]
 ) -> str:
     lines = [
-        f"Zipf({ZIPF_S:g}) truth, n = {grid.users:,} users, {grid.seeds} seeds; a peer's run is "
+        f"Zipf({ZIPF_S:g}) truth, n = {grid.users:,} users, {grid.seeds} seeds (peers' own "
+        f"pipelines: the first {grid.peer_seeds}); a peer's run is "
         f"cut after {grid.budget:g} s ('> budget': larger k at that epsilon not tried). "
         "Ours: vectorised simulation sampler + counts + unbiased inversion + projection onto "
         "the simplex, timed from building the mechanism to the estimate. Peers: their own per-user "
@@ -527,12 +689,15 @@ def markdown(
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mechanism", action="append", choices=["k-RR", "Hadamard response"])
+    parser.add_argument("--mechanism", action="append", choices=MECHANISMS)
     parser.add_argument("--k", type=int, action="append", help=f"domain sizes (default {KS})")
     parser.add_argument("--epsilon", type=float, action="append", help=f"default {EPSILONS}")
     parser.add_argument("--users", type=int, default=100_000)
     parser.add_argument("--big-users", type=int, default=1_000_000, help="0: no such table")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=3, help="draws of the users, ours runs all")
+    parser.add_argument(
+        "--peer-seeds", type=int, help="of these, how many each peer runs (default: all)"
+    )
     parser.add_argument("--budget", type=float, default=60.0, help="seconds a peer's run may take")
     parser.add_argument("--note", action="append", default=[], help="a line under the table")
     parser.add_argument("--no-write", action="store_true", help="print only")
@@ -542,15 +707,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     grid = Grid(
-        mechanisms=args.mechanism or ["k-RR", "Hadamard response"],
+        mechanisms=args.mechanism or MECHANISMS,
         ks=sorted(args.k or KS),
         epsilons=args.epsilon or EPSILONS,
         users=args.users,
         seeds=args.seeds,
         budget=args.budget,
+        peer_seeds=min(args.peer_seeds or args.seeds, args.seeds),
     )
     peers = all_peers()
-    rows = bench(grid, peers)
+    rows: list[Row] = []
+    for done, mechanism in enumerate(grid.mechanisms, start=1):
+        rows += bench(grid, [mechanism], peers)
+        if not args.no_write and done < len(grid.mechanisms):  # a long run keeps what it has
+            partial = ["- Partial: the run was still going when this was written."]
+            used = [peer for peer in peers if peer.mechanism in grid.mechanisms[:done]]
+            text = markdown(rows, [], grid, 0, used, [*args.note, *partial])
+            write_section(SECTION, text)
     big = big_rows(grid, args.big_users) if args.big_users else []
     used = [peer for peer in peers if peer.mechanism in grid.mechanisms]
     text = markdown(rows, big, grid, args.big_users, used, args.note)
