@@ -29,8 +29,9 @@ def test_the_peers_benchmark_runs_on_a_tiny_grid(capsys):
     grid = ["--k", "16", "--epsilon", "1", "--users", "400", "--seeds", "1", "--big-users", "0"]
     status = module.main([*grid, "--budget", "60", "--no-write"])
     assert status == 0
-    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
-    rows = [line.split(" | ") for line in table[1:] if not line.startswith("| mechanism")]
+    out = capsys.readouterr().out
+    lines = [line.split(" | ") for line in out.splitlines() if line.startswith("| ")]
+    rows = [cells for cells in lines if len(cells) == 11 and cells[0] != "| mechanism"]
     peers = {(row[0].strip("| "), row[3]) for row in rows}
     assert {mechanism for mechanism, _ in peers} == set(module.MECHANISMS)
     assert len(peers) == 8  # every protocol of both peers ran
@@ -41,3 +42,4 @@ def test_the_peers_benchmark_runs_on_a_tiny_grid(capsys):
             # Same reports, same formula: the two estimators agree to rounding.
             assert abs(float(same) - 1) < 0.02, row
         assert float(own) > 0, row
+    assert "| epsilon | pool 1,024 | pool 16,384 | fresh seeds (closed form) |" in out
