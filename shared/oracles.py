@@ -263,6 +263,10 @@ class OUE:
         return self.values.labels
 
     @property
+    def n_inputs(self) -> int:
+        return self.k
+
+    @property
     def p(self) -> float:
         """P(the true value's bit is 1)."""
         return 0.5

@@ -14,13 +14,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aggregator.storage.store import Campaign, CampaignStore
-from shared.spec import GEOMETRIC, PLANAR_LAPLACE
+from shared.spec import GEOMETRIC, HADAMARD_RESPONSE, OLH_NAME, PLANAR_LAPLACE
 
 MECHANISM_NAMES = {
     "rr": "Randomized response",
     "krr": "k-ary randomized response",
     PLANAR_LAPLACE: "Planar Laplace",
     GEOMETRIC: "Geometric (discrete Laplace)",
+    HADAMARD_RESPONSE: "Hadamard response",
+    OLH_NAME: "Optimized local hashing (OLH)",
 }
 METHOD_NAMES = {
     "ibu": "IBU (iterative Bayesian update)",
