@@ -38,8 +38,8 @@ def test_the_peers_benchmark_runs_on_a_tiny_grid(capsys):
     for row in rows:
         same, own, seconds = row[4], row[5], row[9]
         assert seconds.replace(".", "").isdigit(), row  # the peer finished: no budget, no error
-        if same != "—":
+        if same != "—" and not row[0].endswith("OLH"):  # ours peels OLH's pool bias
             # Same reports, same formula: the two estimators agree to rounding.
             assert abs(float(same) - 1) < 0.02, row
         assert float(own) > 0, row
-    assert "| epsilon | pool 1,024 | pool 16,384 | fresh seeds (closed form) |" in out
+    assert "| epsilon | pool 1,024, linear | pool 1,024, served |" in out
