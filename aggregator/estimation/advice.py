@@ -48,14 +48,24 @@ from typing import Any
 
 import numpy as np
 
+from shared.errors import SpecError
 from shared.mechanisms import EXPONENTIAL_GRID, HADAMARD_RESPONSE, Geometric
-from shared.spec import GEOMETRIC, KRR, MECHANISMS, PLANAR_LAPLACE, RR, CampaignSpec
+from shared.spec import (
+    ADVISED_SCHEMA,
+    DEFAULT_EXPECTED_USERS,
+    GEOMETRIC,
+    KRR,
+    MAX_EPSILON,
+    MAX_RANGE_VALUES,
+    MECHANISMS,
+    PLANAR_LAPLACE,
+    RR,
+    CampaignSpec,
+)
 
 OLH = "olh"
 OUE = "oue"
 CATEGORICAL_MECHANISMS = (RR, KRR, OLH, OUE, HADAMARD_RESPONSE)
-# The number of users a campaign is planned for when its creator does not say.
-DEFAULT_EXPECTED_USERS = 10_000
 CLOSED_FORM = "closed form"
 PROXY = "closed-form proxy: mean displacement of one report"
 
@@ -221,8 +231,9 @@ def rank_range(lo: int, hi: int, epsilon: float, n: int) -> list[Option]:
         expected_mse=geometric_mse(m, epsilon, n),
         epsilon=epsilon,
         basis=CLOSED_FORM + " (uniform users)",
-        why="noise decays with distance, so its error grows with the range only linearly; "
-        "neighbouring values are protected by epsilon, values u apart by epsilon * u",
+        why="each value's estimate reads three neighbouring report counts, so the summed "
+        "error hardly grows with the range; neighbouring values are protected by epsilon, "
+        "values u apart by epsilon * u",
         hosted=hosted(GEOMETRIC),
     )
     oracles = [
@@ -298,3 +309,122 @@ def expected_error(spec: CampaignSpec, n: int) -> dict[str, Any] | None:
         mse = oracle_mse(spec.mechanism, len(spec.domain), spec.epsilon, n)
         return {"expected_mse": mse, "basis": CLOSED_FORM}
     return None
+
+
+def _advised_ranking(values: dict[str, Any], n: int) -> tuple[list[Option], list[dict[str, Any]]]:
+    """The ranking for a request's domain, and the spec fields of each option (same order)."""
+    forms = [
+        name
+        for name, fields in (
+            ("domain", ("domain",)),
+            ("lo and hi", ("lo", "hi")),
+            ("region with cell_size_m", ("region", "cell_size_m")),
+        )
+        if any(f in values for f in fields)
+    ]
+    if len(forms) != 1:
+        raise SpecError(
+            "give one domain: domain (labels), lo and hi (an integer range), or region with "
+            "cell_size_m" + (f"; got {' and '.join(forms)}" if forms else ""),
+            field="domain",
+        )
+    planar_fields = ("privacy_level", "privacy_radius_m")
+    if forms[0] != "region with cell_size_m":
+        for name in planar_fields:
+            if name in values:
+                raise SpecError(f"{name} applies only to a region", field=name)
+        if "epsilon" not in values:
+            raise SpecError("epsilon is required", field="epsilon")
+        epsilon = values["epsilon"]
+        if epsilon > MAX_EPSILON:
+            raise SpecError(
+                f"epsilon must be at most {MAX_EPSILON}, got {epsilon!r}", field="epsilon"
+            )
+    if forms[0] == "domain":
+        labels = list(values["domain"])
+        ranking = rank_categorical(len(labels), epsilon, n)
+        return ranking, [{"domain": labels} for _ in ranking]
+    if forms[0] == "lo and hi":
+        for name in ("lo", "hi"):
+            if name not in values:
+                raise SpecError(f"{name} is required for a range", field=name)
+        lo, hi = int(values["lo"]), int(values["hi"])
+        if not lo < hi:
+            raise SpecError(f"lo must be below hi, got lo={lo}, hi={hi}", field="lo")
+        if hi - lo + 1 > MAX_RANGE_VALUES:
+            raise SpecError(
+                f"the range [{lo}, {hi}] holds {hi - lo + 1:,} values; at most "
+                f"{MAX_RANGE_VALUES:,} are allowed",
+                field="hi",
+            )
+        ranking = rank_range(lo, hi, epsilon, n)
+        labels = [str(v) for v in range(lo, hi + 1)]
+        fields = [
+            {"lo": lo, "hi": hi} if o.mechanism == GEOMETRIC else {"domain": labels}
+            for o in ranking
+        ]
+        return ranking, fields
+    for name in ("region", "cell_size_m"):
+        if name not in values:
+            raise SpecError(f"{name} is required for a region", field=name)
+    region_fields = {
+        name: values[name]
+        for name in ("region", "cell_size_m", "epsilon", *planar_fields)
+        if name in values
+    }
+    if "epsilon" in values:
+        epsilon = values["epsilon"]
+    elif all(name in values for name in planar_fields):
+        epsilon = values["privacy_level"] / values["privacy_radius_m"]
+    else:
+        raise SpecError(
+            "give epsilon (per metre) or privacy_level with privacy_radius_m", field="epsilon"
+        )
+    ranking = rank_region(values["cell_size_m"], epsilon)
+    return ranking, [region_fields for _ in ranking]
+
+
+def advise_spec(data: Any) -> tuple[CampaignSpec, dict[str, Any]]:
+    """The spec of a campaign created without a mechanism, and the advice behind it.
+
+    ``data`` is a request body of :data:`shared.spec.ADVISED_SCHEMA`. The
+    mechanisms for its domain are ranked at ``expected_users`` (default
+    :data:`shared.spec.DEFAULT_EXPECTED_USERS`) and the first the service hosts
+    whose spec is valid is taken. Raises :class:`SpecError` naming the field.
+    """
+    values = ADVISED_SCHEMA.check(data, None, SpecError)
+    n = int(values.pop("expected_users", DEFAULT_EXPECTED_USERS))
+    common = {
+        name: values.pop(name) for name in ("id", "title", "enrollment_required") if name in values
+    }
+    ranking, fields = _advised_ranking(values, n)
+    first_error: SpecError | None = None
+    for option, extra in zip(ranking, fields, strict=True):
+        if not option.hosted:
+            continue
+        body = {**common, **extra, "mechanism": option.mechanism}
+        if option.mechanism != PLANAR_LAPLACE:
+            body["epsilon"] = option.epsilon
+        try:
+            spec = CampaignSpec.from_dict(body)
+        except SpecError as exc:
+            first_error = first_error or exc
+            continue
+        best = ranking[0]
+        why = f"{option.mechanism}: {option.why}"
+        if option.expected_mse is not None:
+            why += f"; expected squared error {option.expected_mse:.3g} at {n:,} users"
+        if best is not option:
+            why += f"; {best.mechanism} would be better" + (
+                "" if best.hosted else " but this service does not host it yet"
+            )
+        advice = {
+            "chosen": option.mechanism,
+            "why": why,
+            "expected_users": n,
+            "ranking": [o.to_dict() for o in ranking],
+        }
+        return spec, advice
+    if first_error is not None:
+        raise first_error
+    raise SpecError("no mechanism this service hosts fits this domain", field="domain")
