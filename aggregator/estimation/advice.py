@@ -394,7 +394,7 @@ def advise_spec(data: Any) -> tuple[CampaignSpec, dict[str, Any]]:
     """
     values = ADVISED_SCHEMA.check(data, None, SpecError)
     n = int(values.pop("expected_users", DEFAULT_EXPECTED_USERS))
-    common = {
+    common: dict[str, Any] = {
         name: values.pop(name) for name in ("id", "title", "enrollment_required") if name in values
     }
     ranking, fields = _advised_ranking(values, n)
@@ -402,7 +402,7 @@ def advise_spec(data: Any) -> tuple[CampaignSpec, dict[str, Any]]:
     for option, extra in zip(ranking, fields, strict=True):
         if not option.hosted:
             continue
-        body = {**common, **extra, "mechanism": option.mechanism}
+        body: dict[str, Any] = {**common, **extra, "mechanism": option.mechanism}
         if option.mechanism != PLANAR_LAPLACE:
             body["epsilon"] = option.epsilon
         try:
