@@ -264,8 +264,10 @@ def format_advice(options: list[Option]) -> str:
         name = option.mechanism
         if "metric" in option.details:
             name += f" ({option.details['metric']})"
-        if option.details.get("as_cells") or option.details.get("as_labels"):
-            name += " (as labels)"
+        if option.details.get("as_cells"):
+            name += " (over the cells)"
+        if option.details.get("as_labels"):
+            name += " (over the values)"
         row = [
             str(rank),
             name,

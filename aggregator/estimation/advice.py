@@ -165,19 +165,36 @@ def geometric_mse(m: int, epsilon: float, n: int, distribution: np.ndarray | Non
 
 
 def crossover_k(epsilon: float, other: str = OUE, *, limit: int = 100_000) -> int:
-    """The smallest ``k`` at which ``other`` has a lower expected error than k-RR."""
-    for k in range(2, limit + 1):
-        if oracle_mse(other, k, epsilon, 1) < oracle_mse(KRR, k, epsilon, 1):
-            return k
-    raise ValueError(f"k-RR stays ahead of {other} up to k = {limit}")
+    """The smallest ``k`` at which ``other`` has a lower expected error than k-RR.
+
+    k-RR's error grows as ``k^2`` and the others' as ``k``, so they cross once: bisection.
+    """
+
+    def other_wins(k: int) -> bool:
+        return oracle_mse(other, k, epsilon, 1) < oracle_mse(KRR, k, epsilon, 1)
+
+    if not other_wins(limit):
+        raise ValueError(f"k-RR stays ahead of {other} up to k = {limit}")
+    low, high = 1, limit  # other_wins(high); low is below the crossover
+    while high - low > 1:
+        middle = (low + high) // 2
+        if middle >= 2 and other_wins(middle):
+            high = middle
+        else:
+            low = middle
+    return high
 
 
 def _why(mechanism: str, k: int, epsilon: float) -> str:
     e = math.exp(epsilon)
     if mechanism in (RR, KRR):
+        try:
+            exact = f"{crossover_k(epsilon, OUE)} values"
+        except ValueError:
+            exact = "more values than a campaign takes"
         return (
-            f"k-RR's error grows with k (e^eps + k - 2 per value); below about 3e^eps + 2 = "
-            f"{3 * e + 2:.1f} values it beats the large-domain oracles"
+            f"k-RR's error grows with k (e^eps + k - 2 per value); it beats OUE and OLH below "
+            f"{exact} at this epsilon (3e^eps + 2 = {3 * e + 2:.1f} without the f terms)"
         )
     if mechanism == OUE:
         return "unary encoding: 4e^eps / (e^eps - 1)^2 per value, whatever k; reports are k bits"
