@@ -66,6 +66,8 @@ from shared.spec import (
 OLH = "olh"
 OUE = "oue"
 CATEGORICAL_MECHANISMS = (RR, KRR, OLH, OUE, HADAMARD_RESPONSE)
+# The geometric closed form holds a few arrays of the range's size.
+MAX_ADVISED_RANGE = 10_000_000
 CLOSED_FORM = "closed form"
 PROXY = "closed-form proxy: mean displacement of one report"
 
@@ -243,6 +245,11 @@ def rank_range(lo: int, hi: int, epsilon: float, n: int) -> list[Option]:
     if not lo < hi:
         raise ValueError(f"the range needs lo < hi, got [{lo}, {hi}]")
     m = hi - lo + 1
+    if m > MAX_ADVISED_RANGE:
+        raise ValueError(
+            f"the range holds {m:,} values; the advisor takes at most {MAX_ADVISED_RANGE:,} "
+            "(its geometric closed form is O(m) in memory)"
+        )
     geometric = Option(
         mechanism=GEOMETRIC,
         expected_mse=geometric_mse(m, epsilon, n),

@@ -191,6 +191,8 @@ def test_advise_table_and_errors():
     assert none.exit_code == 1 and "give one domain" in none.output
     both = invoke("--domain-size", "4", "--lo", "0", "--hi", "3", "-e", "1", "-n", "100")
     assert both.exit_code == 1 and "domain size and range" in both.output
+    huge = invoke("--lo", "0", "--hi", str(10**9), "-e", "1", "-n", "100")
+    assert huge.exit_code == 1 and "at most 10,000,000" in huge.output
 
 
 def test_advise_region_simulates_emd_within_its_time_budget():
