@@ -120,8 +120,8 @@ def expected_error_at(campaign: Campaign) -> dict[str, Any]:
         len(values) if values is not None else (campaign.spec.hi or 0) - (campaign.spec.lo or 0) + 1
     )
     return {
-        "text": f"{mse:.3g} summed over the {size:,} values (about ±{math.sqrt(mse / size):.2g} "
-        f"per value) at {n:,} reports",
+        "text": f"squared error {mse:.3g} summed over the {size:,} values (about "
+        f"±{math.sqrt(mse / size):.2g} on each value's share) at {n:,} reports",
         "expected_mse": mse,
         "basis": unit["basis"],
     }

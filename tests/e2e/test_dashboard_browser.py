@@ -513,7 +513,7 @@ def test_a_report_posted_while_the_page_is_open_shows_up(tab, seeder, campaigns)
     # The advisor's expected error follows the count: rr's closed form at the new n.
     expected = oracle_mse("rr", 2, live["epsilon"], start + 5)
     shown = tab.page.inner_text("#expected-error")
-    assert shown.startswith(f"{expected:.3g} summed over the 2 values"), shown
+    assert shown.startswith(f"squared error {expected:.3g} summed over the 2 values"), shown
     assert shown.endswith(f"at {start + 5:,} reports")
     assert tab.page.inner_text("#estimate-n") == f"{start + 5:,}"
     api = seeder.get(f"/campaigns/{live['id']}/estimate?method=ibu")
