@@ -41,6 +41,7 @@ docs/estimation.md. Run from the repository root::
 
     python scripts/bench_estimators.py            # full run (about 5 minutes on 2 cores)
     python scripts/bench_estimators.py --quick    # 2 seeds, a few configurations, print only
+    python scripts/bench_estimators.py --krr-only # the k-RR and randomized response rows, print only
 """
 
 from __future__ import annotations
@@ -334,6 +335,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--cost-only", action="store_true", help="only the cost table (printed, not written)"
     )
+    parser.add_argument(
+        "--krr-only",
+        action="store_true",
+        help="only the k-RR and randomized response rows, all seeds (printed, not written)",
+    )
     return parser.parse_args(argv)
 
 
@@ -344,11 +350,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     seeds = SEEDS[:2] if args.quick else SEEDS
     results = []
-    for case in cases(args.quick):
+    selected = cases(args.quick)
+    if args.krr_only:
+        selected = [case for case in selected if isinstance(case.mechanism, KRR)]
+    for case in selected:
         started = time.perf_counter()
         results.append(run_case(case, seeds))
         print(f"{case.name}: {time.perf_counter() - started:.1f} s", file=sys.stderr)
     accuracy = accuracy_table(results)
+    if args.krr_only:
+        print(accuracy)
+        return 0
     timings = timing_table(timing_rows(2 if args.quick else TIMING_REPEATS))
     seed_text = f"seeds {seeds[0]}-{seeds[-1]}"
     markdown = (

@@ -1,0 +1,86 @@
+"""k-RR: today's default estimate against empirical Bayes (a nonparametric prior), per seed.
+
+For every k-RR row of ``scripts/bench_estimators.py`` (randomized response
+excluded: its prior would have two points) and every seed, the same reports
+are estimated by the service's default (cross-validated IBU), by
+:class:`aggregator.estimation.empirical_bayes.KRREmpiricalBayes` (the
+posterior mean, ``eb``) and by the same with the raw report shares mixed in
+where the fitted prior is barely more likely than a homogeneous population
+(``eb-blend``, ``blend=(10, 30)``). Each is scored as in that benchmark and
+reported as the ratio of its mean error to the raw reports' (below 1: better
+than the raw shares in expectation), the seeds worse than the raw reports,
+and its median and worst-seed ratio to hindsight-best IBU. Prints only::
+
+    python scripts/bench_krr_empirical_bayes.py                 # seeds 200-207
+    python scripts/bench_krr_empirical_bayes.py --seeds 100-107 # tuning seeds
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from aggregator.estimation import channel_for  # noqa: E402
+from aggregator.estimation.empirical_bayes import KRREmpiricalBayes  # noqa: E402
+from aggregator.estimation.estimators import default_estimator  # noqa: E402
+from scripts.bench_estimators import cases, hindsight_best  # noqa: E402
+from shared.mechanisms import KRR  # noqa: E402
+
+BLEND = (10.0, 30.0)
+
+
+def seed_range(text: str) -> list[int]:
+    first, _, last = text.partition("-")
+    return list(range(int(first), int(last or first) + 1))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=seed_range, default=seed_range("200-207"))
+    args = parser.parse_args(argv)
+    print(
+        "| configuration | estimator | mean error / raw | seeds worse than raw "
+        "| / hindsight-best IBU: median, worst seed |"
+    )
+    print("|---|---|---|---|---|")
+    for case in cases(quick=False):
+        if not isinstance(case.mechanism, KRR) or case.truth.size == 2:
+            continue
+        channel = channel_for(case.mechanism)
+        estimators = {
+            "default": lambda channel=channel: default_estimator(channel),
+            "eb": KRREmpiricalBayes,
+            "eb-blend": lambda: KRREmpiricalBayes(blend=BLEND),
+        }
+        errors: dict[str, list[float]] = {name: [] for name in estimators}
+        raw, best = [], []
+        for seed in args.seeds:
+            counts, truth = case.reports(seed)
+            raw.append(case.error(truth, counts / counts.sum()))
+            best.append(hindsight_best(case, channel, counts, truth))
+            for name, make in estimators.items():
+                fitted = make().fit(counts, channel)
+                errors[name].append(case.error(truth, fitted.frequencies_))
+        for name, values in errors.items():
+            ratio_raw = np.asarray(values) / np.asarray(raw)
+            ratio_best = np.asarray(values) / np.asarray(best)
+            print(
+                f"| {case.name} | {name} | {statistics.fmean(values) / statistics.fmean(raw):.3f} "
+                f"| {int(np.sum(ratio_raw > 1))} of {len(values)} "
+                f"| {np.median(ratio_best):.3f}, {ratio_best.max():.3f} |",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
