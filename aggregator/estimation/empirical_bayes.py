@@ -13,9 +13,9 @@ posterior mean ``E[p_x | c_x]`` under it, renormalised to sum to 1.
 It shrinks adaptively (towards a common value, towards 0 for the empty
 categories of a spiky truth, barely for well-measured large shares) and, where
 the reports carry signal, it beat hindsight-best IBU in the benchmark; where
-they carry little (about 10 reports per category at epsilon 1), the prior
-fitted to ``k`` noisy counts is too dispersed and the estimate was up to 2-10
-times the raw report shares' total variation. ``blend=(low, high)`` guards
+they carry little (near-uniform shares at epsilon 1 or below), the prior
+fitted to ``k`` noisy counts is too dispersed, and the estimate's mean total
+variation was 2-3 times the raw report shares' (up to 10 times in a seed). ``blend=(low, high)`` guards
 that case: with ``g`` the log-likelihood ratio of the fitted prior over a
 homogeneous population (every share ``1 / k``), the estimate is the raw
 shares when ``g <= low``, the posterior mean when ``g >= high``, and their
