@@ -13,6 +13,8 @@ and its median and worst-seed ratio to hindsight-best IBU. Prints only::
 
     python scripts/bench_krr_empirical_bayes.py                 # seeds 200-207
     python scripts/bench_krr_empirical_bayes.py --seeds 100-107 # tuning seeds
+    python scripts/bench_krr_empirical_bayes.py --extra --seeds 300-307
+        # populations outside that table, with moderate signal
 """
 
 from __future__ import annotations
@@ -32,10 +34,29 @@ if str(ROOT) not in sys.path:
 from aggregator.estimation import channel_for  # noqa: E402
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes  # noqa: E402
 from aggregator.estimation.estimators import default_estimator  # noqa: E402
-from scripts.bench_estimators import cases, hindsight_best  # noqa: E402
+from scripts.bench_estimators import Case, cases, hindsight_best, synthetic_categorical  # noqa: E402
 from shared.mechanisms import KRR  # noqa: E402
 
 BLEND = (10.0, 30.0)
+# (shape, k, epsilon, n): populations outside bench_estimators.py's table.
+EXTRA = (
+    ("zipf", 10, 2.0, 300),
+    ("zipf", 10, 2.0, 1000),
+    ("zipf", 100, 2.0, 2000),
+    ("spiky", 10, 2.0, 500),
+    ("spiky", 100, 2.0, 3000),
+    ("zipf", 1000, 1.0, 20_000),
+    ("uniform-ish", 1000, 2.0, 100_000),
+)
+
+
+def extra_cases() -> list[Case]:
+    out = []
+    for shape, k, epsilon, n in EXTRA:
+        mechanism = KRR(epsilon=epsilon, domain=[f"c{i}" for i in range(k)])
+        truth = synthetic_categorical(k, shape)
+        out.append(Case(f"{shape} k-RR k={k} eps={epsilon:g}, n={n:,}", truth, mechanism, n))
+    return out
 
 
 def seed_range(text: str) -> list[int]:
@@ -46,13 +67,16 @@ def seed_range(text: str) -> list[int]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=seed_range, default=seed_range("200-207"))
+    parser.add_argument(
+        "--extra", action="store_true", help="the populations outside bench_estimators.py's table"
+    )
     args = parser.parse_args(argv)
     print(
         "| configuration | estimator | mean error / raw | seeds worse than raw "
         "| / hindsight-best IBU: median, worst seed |"
     )
     print("|---|---|---|---|---|")
-    for case in cases(quick=False):
+    for case in extra_cases() if args.extra else cases(quick=False):
         if not isinstance(case.mechanism, KRR) or case.truth.size == 2:
             continue
         channel = channel_for(case.mechanism)
