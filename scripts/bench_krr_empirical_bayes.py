@@ -68,6 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=seed_range, default=seed_range("200-207"))
     parser.add_argument(
+        "--blend",
+        type=lambda text: tuple(float(x) for x in text.split(",")),
+        default=BLEND,
+        help="low,high of the likelihood-gain blend (default 10,30)",
+    )
+    parser.add_argument(
         "--extra", action="store_true", help="the populations outside bench_estimators.py's table"
     )
     args = parser.parse_args(argv)
@@ -83,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         estimators = {
             "default": lambda channel=channel: default_estimator(channel),
             "eb": KRREmpiricalBayes,
-            "eb-blend": lambda: KRREmpiricalBayes(blend=BLEND),
+            "eb-blend": lambda: KRREmpiricalBayes(blend=args.blend),
         }
         errors: dict[str, list[float]] = {name: [] for name in estimators}
         raw, best = [], []

@@ -62,8 +62,13 @@ class KRREmpiricalBayes:
     frequencies_, atoms_, prior_ (the weights of ``atoms_``), gain_ (the
     log-likelihood ratio of the fitted prior over every share ``1 / k``),
     weight_ (the posterior mean's share in the estimate, 1 without ``blend``),
-    n_iter_ (EM steps), converged_ (always True: the step count is the rule).
+    em_steps_ (EM steps run), log_likelihood_ (the counts' multinomial
+    log-likelihood under the estimate, without the constant), warnings_
+    (human-readable strings); n_iter_ and converged_ are None (they describe
+    IBU runs).
     """
+
+    warnings_: list[str]
 
     def __init__(
         self,
@@ -124,13 +129,31 @@ class KRREmpiricalBayes:
             self.weight_ = float(np.clip((self.gain_ - low) / (high - low), 0.0, 1.0))
         self.frequencies_ = self.weight_ * shares + (1.0 - self.weight_) * counts / n
         self.atoms_, self.prior_ = atoms, weights
-        self.n_iter_ = done
-        self.converged_ = True
+        self.em_steps_ = done
+        self.n_iter_ = self.converged_ = None
+        predicted = channel.forward(self.frequencies_)
+        seen = counts > 0
+        self.log_likelihood_ = float(np.sum(counts[seen] * np.log(predicted[seen])))
+        self.warnings_ = []
+        if self.weight_ == 0.0:
+            self.warnings_.append(
+                "the reports do not tell the shares apart from equal shares (a prior fitted to "
+                f"them is only {max(self.gain_, 0.0):.1f} log-likelihood units more likely), so "
+                "the estimate is the raw report shares: differences between rows may be noise"
+            )
         return self
 
     def describe(self) -> str:
-        """What the last :meth:`fit` ran, in words."""
-        text = f"empirical Bayes posterior mean ({self.atoms}-atom prior, {self.n_iter_} EM steps)"
-        if self.blend is not None:
-            text += f", {self.weight_:.2f} of it mixed with the raw report shares"
-        return text
+        """What the last :meth:`fit` ran, in words (for the estimate API's ``estimator``)."""
+        text = (
+            "empirical Bayes: posterior means under a prior on the shares fitted to the counts "
+            f"({self.atoms} atoms)"
+        )
+        if self.blend is None or self.weight_ == 1.0:
+            return text
+        if self.weight_ == 0.0:
+            return "raw report shares (" + text + ", not supported by the reports)"
+        return (
+            f"{self.weight_:.0%} " + text + f", {1 - self.weight_:.0%} the raw report shares "
+            f"(the prior's log-likelihood gain {self.gain_:.1f})"
+        )
