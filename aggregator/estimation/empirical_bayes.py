@@ -1,4 +1,4 @@
-"""Empirical Bayes for k-RR: a nonparametric prior on the category shares (not the default).
+"""Empirical Bayes for k-RR: a nonparametric prior on the category shares (k-RR's default).
 
 A k-RR category's report count is ``Binomial(n, q_x)`` with
 ``q_x = p_other + (p_keep - p_other) p_x``. Treating the ``k`` shares as draws
@@ -15,12 +15,13 @@ categories of a spiky truth, barely for well-measured large shares) and, where
 the reports carry signal, it beat hindsight-best IBU in the benchmark; where
 they carry little (near-uniform shares at epsilon 1 or below), the prior
 fitted to ``k`` noisy counts is too dispersed, and the estimate's mean total
-variation was 2-3 times the raw report shares' (up to 10 times in a seed). ``blend=(low, high)`` guards
-that case: with ``g`` the log-likelihood ratio of the fitted prior over a
+variation was 2-3 times the raw report shares' (up to 10 times in a seed).
+``blend=(low, high)`` guards that case: with ``g`` the log-likelihood ratio of the fitted prior over a
 homogeneous population (every share ``1 / k``), the estimate is the raw
 shares when ``g <= low``, the posterior mean when ``g >= high``, and their
-linear mix between. Neither is the service's default: docs/estimation.md
-("What this replaced, and what else was measured") gives the figures.
+linear mix between. The service's default for k-RR over three categories or
+more is ``blend=(5, 15)`` (:func:`estimators.default_estimator`);
+docs/estimation.md gives the figures.
 
 Categories with equal counts share a likelihood row, so one EM step costs
 ``(distinct counts) x atoms``; every step is charged to the work budget

@@ -1,4 +1,4 @@
-"""k-RR empirical Bayes (not the default): where it helps, where it does not, and its bounds.
+"""k-RR empirical Bayes: where it helps, where it does not, and its bounds.
 
 Reports come from fixed seeds, so every assertion is a fixed computation; the
 margins are those measured on these seeds (``scripts/bench_krr_empirical_bayes.py``
