@@ -23,7 +23,7 @@ MECHANISM_NAMES = {
     GEOMETRIC: "Geometric (discrete Laplace)",
 }
 METHOD_NAMES = {
-    "ibu": "Default (IBU; empirical Bayes for k-ary randomized response)",
+    "ibu": "Default (IBU or empirical Bayes)",
     "inversion": "Matrix inversion (unbiased)",
     "clip": "Inversion, clipped and renormalised",
     "projection": "Inversion, projected onto the simplex",
