@@ -26,7 +26,7 @@ MECHANISM_NAMES = {
     GEOMETRIC: "Geometric (discrete Laplace)",
 }
 METHOD_NAMES = {
-    "ibu": "IBU (iterative Bayesian update)",
+    "ibu": "Default (IBU or empirical Bayes)",
     "inversion": "Matrix inversion (unbiased)",
     "clip": "Inversion, clipped and renormalised",
     "projection": "Inversion, projected onto the simplex",
