@@ -170,6 +170,7 @@
   function renderSummary(summary) {
     setText("n-reports", summary.n_reports.toLocaleString("en"));
     setText("last-report", formatTime(summary.last_report_at));
+    setText("expected-error", summary.expected_error.text);
     var status = document.getElementById("status");
     status.textContent = summary.status;
     status.className = "status status-" + summary.status;
@@ -470,8 +471,9 @@
       return;
     }
     showMessage(null);
+    // No iteration count: a closed-form inversion, or k-RR's empirical Bayes default (no IBU).
     var iterations = estimate.n_iter === null || estimate.n_iter === undefined
-      ? "closed form"
+      ? (estimate.method === "ibu" ? "none (empirical Bayes)" : "closed form")
       : estimate.n_iter + (estimate.converged === false ? " (not converged)" : "");
     setText("estimate-iterations", iterations);
     var ms = estimate.seconds * 1000;
