@@ -300,9 +300,7 @@ class OLHChannel(Channel):
         return (inside**2 * support + outside**2 * (1.0 - support)) / self._excess() ** 2
 
 
-def oue_estimate(
-    mechanism: OUE, ones: np.ndarray, n: int, confidence: float = 0.95
-) -> tuple[np.ndarray, np.ndarray]:
+def oue_estimate(mechanism: OUE, ones: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """OUE's unbiased estimate from ``ones[x]``, the reports with bit ``x`` set, out of ``n``.
 
     Returns ``(frequencies, variance)``: ``(c_x / n - q) / (p - q)`` and its
