@@ -190,3 +190,14 @@ def test_the_pool_correction_removes_the_collision_bias_of_heavy_values():
         sample(m, generator.integers(0, k, size=n), generator), minlength=m.n_outputs
     )
     np.testing.assert_array_equal(channel.solve_counts(flat)[0], channel.support_estimate(flat / n))
+
+
+def test_a_large_epsilon_caps_the_buckets_and_keeps_one_integer_a_report():
+    m = OLH(epsilon=20.0, domain_size=1_000_000)
+    assert m.g == MAX_HASH_RANGE and m.n_outputs == 1024 * MAX_HASH_RANGE
+    rng = random.Random(2)
+    reports = [m.perturb(123_456, rng) for _ in range(200)]
+    # At this epsilon the true bucket is kept with probability above 0.9999.
+    buckets = {divmod(y, m.g)[1] == m.bucket(divmod(y, m.g)[0], 123_456) for y in reports}
+    assert buckets == {True}
+    assert m.realized_epsilon <= 20.0
