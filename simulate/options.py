@@ -15,7 +15,16 @@ import click
 
 from shared.geo import Region
 from shared.schema import is_positive_finite
-from shared.spec import GEOMETRIC, KRR, PLANAR_LAPLACE, RR, CampaignSpec
+from shared.spec import (
+    GEOMETRIC,
+    HADAMARD_RESPONSE,
+    KRR,
+    OLH_NAME,
+    OUE_NAME,
+    PLANAR_LAPLACE,
+    RR,
+    CampaignSpec,
+)
 from simulate.runner import ALL_METHODS
 
 CATEGORICAL = ("uniform", "zipf", "weights", "csv-column")
@@ -25,7 +34,12 @@ DEFAULT_EPSILONS = {
     RR: "0.5,1,2,4",
     PLANAR_LAPLACE: "0.005,0.01,0.02",
     GEOMETRIC: "0.1,0.25,0.5,1",
+    OLH_NAME: "0.5,1,2,4",
+    OUE_NAME: "0.5,1,2,4",
+    HADAMARD_RESPONSE: "0.5,1,2,4",
 }
+# Large-domain frequency oracles: the population's k categories are the integers 0 .. k - 1.
+ORACLE_MECHANISMS = (OLH_NAME, OUE_NAME, HADAMARD_RESPONSE)
 DEFAULT_NS = "1000,10000,100000"
 _LN = re.compile(r"^ln\(\s*([^()]+?)\s*\)\s*(?:/\s*(.+))?$")
 
@@ -203,10 +217,12 @@ population_options = option_group(
     ),
     click.option(
         "--mechanism",
-        type=click.Choice((KRR, RR, PLANAR_LAPLACE, GEOMETRIC)),
+        type=click.Choice((KRR, RR, PLANAR_LAPLACE, GEOMETRIC, *ORACLE_MECHANISMS)),
         help="Default: planar_laplace for locations, krr for categories. krr on a location "
         "population uses the grid cells as its domain; geometric takes the k categories as "
-        "the integers --lo .. --lo + k - 1.",
+        "the integers --lo .. --lo + k - 1; olh, oue and hadamard_response take them as the "
+        "integers 0 .. k - 1 (domain_size k; oue is simulated in process only, the service does "
+        "not collect it).",
     ),
     click.option(
         "--lo",

@@ -17,13 +17,15 @@ from typing import Any
 
 from aggregator.estimation.advice import expected_error
 from aggregator.storage.store import Campaign, CampaignStore
-from shared.spec import GEOMETRIC, PLANAR_LAPLACE, CampaignSpec
+from shared.spec import GEOMETRIC, HADAMARD_RESPONSE, OLH_NAME, PLANAR_LAPLACE, CampaignSpec
 
 MECHANISM_NAMES = {
     "rr": "Randomized response",
     "krr": "k-ary randomized response",
     PLANAR_LAPLACE: "Planar Laplace",
     GEOMETRIC: "Geometric (discrete Laplace)",
+    HADAMARD_RESPONSE: "Hadamard response",
+    OLH_NAME: "Optimized local hashing (OLH)",
 }
 METHOD_NAMES = {
     "ibu": "Default (IBU or empirical Bayes)",

@@ -101,6 +101,32 @@ def test_cli_reports_an_integer_to_a_geometric_campaign(live_server, tmp_path):
         assert bad not in refused.stderr.replace("0 to 120", "")
 
 
+def test_cli_reports_to_olh_and_hadamard_campaigns(live_server, tmp_path):
+    """An integer of a domain size (as typed) or a label: one integer goes on the wire."""
+    env = cli_env(live_server, tmp_path / "state")
+    olh_id, hr_id = unique_id("apps"), unique_id("words")
+    live_server.create_campaign(
+        {"id": olh_id, "title": "App", "mechanism": "olh", "epsilon": 1.0, "domain_size": 10**6}
+    )
+    live_server.create_campaign(
+        {"id": hr_id, "title": "Word", "mechanism": "hadamard_response", "epsilon": 1.0}
+        | {"domain": ["alpha", "beta", "gamma"]}
+    )
+    sent = ldp_client(env, "report", olh_id, "654321", "--json")
+    assert sent.returncode == 0, sent.stderr
+    result = json.loads(sent.stdout)
+    assert result["outcome"] == "delivered" and result["charged"] == 1.0
+    noisy = result["payload"]["value"]
+    assert isinstance(noisy, int) and 0 <= noisy < 1024 * 4  # seed * g + bucket, g = 4
+    assert counts(live_server, olh_id) == {str(noisy): 1}
+    labelled = ldp_client(env, "report", hr_id, "beta", "--json")
+    assert labelled.returncode == 0, labelled.stderr
+    assert 0 <= json.loads(labelled.stdout)["payload"]["value"] < 4
+    refused = ldp_client(env, "report", olh_id, "1000000")
+    assert refused.returncode == 1
+    assert "(values: the integers 0 to 999999)" in refused.stderr
+
+
 def test_cli_queues_while_the_server_is_down_and_flush_sends(live_server, tmp_path):
     campaign_id = krr_campaign(live_server)
     proxy = Proxy(live_server.url)
