@@ -36,7 +36,7 @@ from aggregator.estimation import (
 )
 from aggregator.estimation.estimators import (
     clip_and_normalise,
-    default_estimator,
+    cross_validated_ibu,
     project_to_simplex,
 )
 from aggregator.estimation.oracles import oue_estimate
@@ -229,7 +229,7 @@ def estimate_methods(
 ) -> dict[str, MethodRun]:
     """Run each method on the report counts; a method the channel does not allow is left out.
 
-    IBU stops by cross-validation (as the service does) unless
+    IBU stops by cross-validation (as the service's IBU does) unless
     ``ibu_iterations`` fixes the number of iterations.
     """
     counts = np.asarray(report_counts, dtype=float)
@@ -244,7 +244,7 @@ def estimate_methods(
             continue
         if method == "ibu":
             if ibu_iterations is None:
-                fitted = default_estimator(channel, seed=seed).fit(counts, channel)
+                fitted = cross_validated_ibu(channel, seed=seed).fit(counts, channel)
             else:
                 fitted = IBU(stopping="tolerance", tol=0.0, seed=seed).fit(
                     counts, channel, n_iter=ibu_iterations

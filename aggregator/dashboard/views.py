@@ -151,6 +151,7 @@ def campaign_page(campaign_id: str) -> Any:
         grid=spec.grid if planar else None,
         value_range=(spec.lo, spec.hi) if ordinal else None,
         domain_size=None if planar or ordinal else spec.domain_size or len(spec.domain or ()),
+        expected_error=data.expected_error_at(campaign),
         methods=[(m, data.METHOD_NAMES.get(m, m)) for m in METHODS],
         default_method=estimates.default_method(campaign.mechanism),
         # An oracle's estimate lists its top values only (estimates.ORACLE_TOP_ROWS).

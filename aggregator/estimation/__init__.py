@@ -10,6 +10,7 @@ from aggregator.estimation.channels import (
 )
 from aggregator.estimation.compute import METHODS, EstimateResult, estimate
 from aggregator.estimation.estimators import IBU, MatrixInversion, project_to_simplex
+from aggregator.estimation.oracles import HadamardChannel, OLHChannel, oue_estimate
 
 __all__ = [
     "IBU",
@@ -17,11 +18,14 @@ __all__ = [
     "Channel",
     "DenseChannel",
     "EstimateResult",
+    "HadamardChannel",
     "KRRChannel",
     "MatrixInversion",
+    "OLHChannel",
     "PlanarLaplaceChannel",
     "SingularChannelError",
     "channel_for",
     "estimate",
+    "oue_estimate",
     "project_to_simplex",
 ]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from aggregator.estimation.channels import Channel, SingularChannelError
+from aggregator.estimation.estimators import project_to_simplex
 from shared.mechanisms import HadamardResponse
 from shared.oracles import OLH, OUE
 
@@ -256,23 +257,39 @@ class OLHChannel(Channel):
         60% of the users: a standard deviation of about 0.01 on every other
         value). The correction peels the heavy values off in a few rounds: the
         values whose current estimate exceeds a threshold (0.1, 0.03, 0.01, then
-        ``sqrt(2 ln k)`` standard deviations) are taken as known and their
-        :meth:`pool_bias` is subtracted from the support estimate. Each round is
-        one pass over ``S k`` hashes; without heavy values nothing changes.
+        none) and ``sqrt(2 ln k)`` times the standard deviation of an estimate
+        (sampling, plus the pool's leak from the values not yet peeled, as the
+        projection of the current estimate onto the simplex gives them) are taken as known, and their :meth:`pool_bias` is subtracted
+        from the support estimate. At most ``S g / 16`` values are peeled, so
+        that a pool too small for its domain is not corrected with noise. Each
+        round is one pass over ``S k`` hashes; without heavy values nothing
+        changes.
         """
         counts = np.asarray(counts, dtype=float)
         n = counts.sum()
         q = counts / n
         plain = self.support_estimate(q)
-        # The largest standard deviation of an entry, from the closed form at the estimate.
-        spread = self.inversion_second_moment(q) - plain**2
-        floor = np.sqrt(2 * np.log(self.n_inputs) * np.maximum(spread, 0.0).max() / n)
+        # The largest sampling variance of an entry, from the closed form at the estimate.
+        sampling = float(np.maximum(self.inversion_second_moment(q) - plain**2, 0.0).max() / n)
+        z2 = 2 * np.log(self.n_inputs)
+        g = self.g
+        leak = (1 / g) * (1 - 1 / g) / self.pool_size * (g / (g - 1)) ** 2
+        cap = max(1, self.n_outputs // 16)
+        peeled = np.zeros(self.n_inputs, dtype=bool)
         current = plain
         for threshold in POOL_PEEL_THRESHOLDS:
-            heavy = np.where(current > max(threshold, floor), current, 0.0)
-            if heavy.any():
-                current = plain - self.pool_bias(heavy)
-            if threshold <= floor:
+            # The mass that still leaks: the values not yet peeled, as the projection onto the
+            # simplex sees them (it zeroes the values lost in the noise).
+            remaining = np.where(peeled, 0.0, project_to_simplex(current))
+            floor = float(np.sqrt(z2 * (sampling + leak * np.sum(remaining**2))))
+            chosen = (current > max(threshold, floor)) & ~peeled
+            if chosen.sum() + peeled.sum() > cap:
+                order = np.flatnonzero(chosen)[np.argsort(-current[chosen], kind="stable")]
+                chosen[order[max(0, cap - int(peeled.sum())) :]] = False
+            if chosen.any():
+                peeled |= chosen
+                current = plain - self.pool_bias(np.where(peeled, current, 0.0))
+            if threshold <= floor or peeled.sum() >= cap:
                 break
         return current, True
 
@@ -283,9 +300,7 @@ class OLHChannel(Channel):
         return (inside**2 * support + outside**2 * (1.0 - support)) / self._excess() ** 2
 
 
-def oue_estimate(
-    mechanism: OUE, ones: np.ndarray, n: int, confidence: float = 0.95
-) -> tuple[np.ndarray, np.ndarray]:
+def oue_estimate(mechanism: OUE, ones: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """OUE's unbiased estimate from ``ones[x]``, the reports with bit ``x`` set, out of ``n``.
 
     Returns ``(frequencies, variance)``: ``(c_x / n - q) / (p - q)`` and its

@@ -49,6 +49,11 @@ ORACLE_DEFAULT_METHOD = "projection"
 # An oracle's estimate lists this many values at most: those with the largest estimates, in
 # decreasing order (a million rows would make a 100 MB body).
 ORACLE_TOP_ROWS = 1000
+# IBU on an OLH campaign hashes every value under every seed twice per iteration, and its
+# cross-validation runs hundreds of iterations per fold (2,000 values, 10^5 reports: 796
+# iterations, 134 s): above this many hashes a pass (S k; about 250 values at the default
+# pool) it would outrun the estimate's time limit, so it is refused.
+OLH_IBU_MAX_HASHES = 250_000
 DEFAULT_CONFIDENCE = 0.95
 # The confidence levels an estimate can be asked for: each level is its own computation
 # and cache entry, so a caller must not be able to ask for arbitrarily many.
@@ -296,6 +301,19 @@ def estimate_response(
     head = {"campaign": campaign.spec.id, "spec_hash": campaign.spec_hash}
     if not vector.any():
         return {**head, "method": method, "n": 0, "confidence": confidence, "estimates": []}
+    if (
+        method == "ibu"
+        and isinstance(mechanism, OLH)
+        and mechanism.pool_size * mechanism.k > OLH_IBU_MAX_HASHES
+    ):
+        raise ValidationError(
+            f"ibu cannot be used for this campaign: each of its iterations hashes all "
+            f"{mechanism.k:,} values under each of the {mechanism.pool_size:,} seeds twice, and "
+            f"cross-validating it takes hundreds; use projection (the default for olh) or "
+            "inversion",
+            field="method",
+            code="method_not_applicable",
+        )
     try:
         result = estimate(mechanism, vector, method=method, confidence=confidence, channel=channel)
     except SingularChannelError as exc:

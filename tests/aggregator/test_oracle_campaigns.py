@@ -135,3 +135,29 @@ def test_hadamard_estimate_by_label(client, admin, analyst):
     assert abs(rows[0]["frequency"] - 0.5) < 0.08
     frequencies = np.array([row["frequency"] for row in rows])
     assert abs(frequencies.sum() - 1) < 1e-9
+
+
+def test_ibu_is_refused_for_a_large_olh_campaign(client, admin, analyst):
+    spec = {**OLH_SPEC, "domain_size": 20_000}  # 2 x 10^7 hashes a pass
+    create(client, admin, spec)
+    mechanism = Mechanism.from_spec(CampaignSpec.from_dict(spec))
+    rng = random.Random(3)
+    send(client, "apps", [mechanism.perturb(rng.randrange(20_000), rng) for _ in range(50)])
+    response = client.get(f"{CAMPAIGNS}/apps/estimate?method=ibu", headers=analyst)
+    assert response.status_code == 422
+    error = response.get_json()["error"]
+    assert error["code"] == "method_not_applicable" and "projection" in error["message"]
+
+
+def test_ibu_runs_for_a_small_olh_campaign(client, admin, analyst):
+    spec = {**OLH_SPEC, "domain_size": 30}
+    create(client, admin, spec)
+    mechanism = Mechanism.from_spec(CampaignSpec.from_dict(spec))
+    rng = random.Random(4)
+    send(
+        client,
+        "apps",
+        [mechanism.perturb(7 if i % 2 else rng.randrange(30), rng) for i in range(1000)],
+    )
+    body = client.get(f"{CAMPAIGNS}/apps/estimate?method=ibu", headers=analyst).get_json()
+    assert body["method"] == "ibu" and body["estimates"][0]["value"] == 7

@@ -17,6 +17,7 @@ import pytest
 import requests
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from aggregator.estimation.advice import oracle_mse
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
 
@@ -355,7 +356,9 @@ def test_krr_bars_match_the_estimate_api(tab, seeder, campaigns):
     for height, frequency in zip(heights, trace["y"], strict=True):
         assert abs(height - frequency * scale) <= BAR_PIXEL_TOLERANCE
     assert tab.page.inner_text("#estimate-n") == f"{SEEDED['fruit']:,}"
-    assert tab.page.inner_text("#estimate-iterations").split()[0] == str(api["n_iter"])
+    # k-RR's default is empirical Bayes: no IBU iterations (n_iter null).
+    assert api["n_iter"] is None
+    assert tab.page.inner_text("#estimate-iterations") == "none (empirical Bayes)"
     rows = tab.page.locator("#estimate-table tbody tr").count()
     assert rows == len(fruit["domain"])
     tab.assert_no_console_errors()
@@ -509,6 +512,11 @@ def test_a_report_posted_while_the_page_is_open_shows_up(tab, seeder, campaigns)
     expect(tab.page.locator("#n-reports")).to_have_text(f"{start + 5:,}", timeout=RENDER_TIMEOUT_MS)
     tab.wait_rendered(n=start + 5)
     assert tab.page.evaluate("window.loadedOnce") is True  # refreshed in place, not reloaded
+    # The advisor's expected error follows the count: rr's closed form at the new n.
+    expected = oracle_mse("rr", 2, live["epsilon"], start + 5)
+    shown = tab.page.inner_text("#expected-error")
+    assert shown.startswith(f"squared error {expected:.3g} summed over the 2 values"), shown
+    assert shown.endswith(f"at {start + 5:,} reports")
     assert tab.page.inner_text("#estimate-n") == f"{start + 5:,}"
     api = seeder.get(f"/campaigns/{live['id']}/estimate?method=ibu")
     trace = chart_trace(tab.page, "estimate-chart")
@@ -713,3 +721,30 @@ def test_a_stopped_estimate_is_reported_and_not_asked_for_again_too_soon(tab, ca
     # Chromium logs the one 503 it was answered; nothing else may be logged.
     assert len(tab.errors) == 1
     assert "responded with a status of 503" in tab.errors[0]
+
+
+def test_an_olh_campaign_charts_its_top_values(tab, seeder):
+    apps = seeder.create(
+        {
+            "id": f"dash-apps-{SUFFIX}",
+            "title": "Apps (browser test)",
+            "mechanism": "olh",
+            "epsilon": 2.0,
+            "domain_size": 200_000,
+        }
+    )
+    rng = random.Random(8)
+    values = [4242] * 900 + [17] * 500 + [rng.randrange(200_000) for _ in range(600)]
+    seeder.post(apps, values, seed=8)
+    tab.goto(f"/campaigns/{apps['id']}")
+    tab.wait_rendered("projection")
+    tab.shot("olh")
+    api = seeder.get(f"/campaigns/{apps['id']}/estimate")
+    assert api["method"] == "projection" and len(api["estimates"]) == 1000
+    trace = chart_trace(tab.page, "estimate-chart")
+    assert tab.page.input_value("#top") == "20"
+    assert trace["x"][:2] == ["4242", "17"]
+    assert trace["x"] == [row["label"] for row in api["estimates"][:20]]
+    assert "200,000" in tab.page.inner_text("main")
+    assert tab.page.inner_text("#estimate-caption").startswith("Top 20 of 200,000 categories")
+    tab.assert_no_console_errors()

@@ -170,6 +170,7 @@
   function renderSummary(summary) {
     setText("n-reports", summary.n_reports.toLocaleString("en"));
     setText("last-report", formatTime(summary.last_report_at));
+    setText("expected-error", summary.expected_error.text);
     var status = document.getElementById("status");
     status.textContent = summary.status;
     status.className = "status status-" + summary.status;
@@ -266,7 +267,7 @@
     Plotly.react("estimate-chart", traces, layout, plotConfig);
     renderTable(rows.map(function (r) { return [r.label, r]; }),
       (rows.length < (estimate.domain_size || estimate.estimates.length)
-        ? "Top " + rows.length + " of " + (estimate.domain_size || estimate.estimates.length).toLocaleString()
+        ? "Top " + rows.length + " of " + (estimate.domain_size || estimate.estimates.length).toLocaleString("en")
         : "All " + rows.length) +
       " categories, with " + level + " intervals" +
       (raw ? " and the raw share of noisy reports (before correcting for the noise)" : ""));
@@ -470,8 +471,9 @@
       return;
     }
     showMessage(null);
+    // No iteration count: a closed-form inversion, or k-RR's empirical Bayes default (no IBU).
     var iterations = estimate.n_iter === null || estimate.n_iter === undefined
-      ? "closed form"
+      ? (estimate.method === "ibu" ? "none (empirical Bayes)" : "closed form")
       : estimate.n_iter + (estimate.converged === false ? " (not converged)" : "");
     setText("estimate-iterations", iterations);
     var ms = estimate.seconds * 1000;
