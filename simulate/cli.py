@@ -473,7 +473,7 @@ def _default_methods(mechanism: str) -> list[str]:
     """Every method; for the large-domain oracles all but IBU, whose every iteration hashes
     every value under every seed (ask for it with -m ibu, best with --ibu-iterations)."""
     if mechanism in ORACLE_MECHANISMS:
-        return [m for m in ALL_METHODS if m != "ibu"]
+        return [m for m in ALL_METHODS if m not in ("ibu", "empirical_bayes")]
     return list(ALL_METHODS)
 
 

@@ -40,6 +40,7 @@ METHOD_COLOURS = {
     "inversion": "tab:orange",
     "clip": "tab:green",
     "projection": "tab:red",
+    "empirical_bayes": "tab:purple",
     NOISY: "tab:gray",
 }
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")

@@ -34,9 +34,12 @@ from aggregator.estimation import (
     SingularChannelError,
     channel_for,
 )
+from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.estimators import (
     clip_and_normalise,
     cross_validated_ibu,
+    empirical_bayes,
+    has_empirical_bayes,
     project_to_simplex,
 )
 from aggregator.estimation.oracles import oue_estimate
@@ -236,7 +239,7 @@ def estimate_methods(
     runs: dict[str, MethodRun] = {}
     for method in methods:
         started = time.perf_counter()
-        fitted: IBU | MatrixInversion
+        fitted: IBU | KRREmpiricalBayes | MatrixInversion
         if method == NOISY:
             if channel.n_outputs != channel.n_inputs:
                 continue  # reports are not values (OLH, Hadamard response): no raw histogram
@@ -249,6 +252,10 @@ def estimate_methods(
                 fitted = IBU(stopping="tolerance", tol=0.0, seed=seed).fit(
                     counts, channel, n_iter=ibu_iterations
                 )
+        elif method == "empirical_bayes":
+            if not has_empirical_bayes(channel):
+                continue  # k-RR over three categories or more only
+            fitted = empirical_bayes(channel).fit(counts, channel)
         elif method in _POSTPROCESS:
             try:
                 fitted = MatrixInversion(postprocess=_POSTPROCESS[method]).fit(counts, channel)

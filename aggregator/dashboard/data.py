@@ -28,7 +28,8 @@ MECHANISM_NAMES = {
     OLH_NAME: "Optimized local hashing (OLH)",
 }
 METHOD_NAMES = {
-    "ibu": "Default (IBU or empirical Bayes)",
+    "ibu": "IBU (cross-validated)",
+    "empirical_bayes": "Empirical Bayes",
     "inversion": "Matrix inversion (unbiased)",
     "clip": "Inversion, clipped and renormalised",
     "projection": "Inversion, projected onto the simplex",
