@@ -108,9 +108,9 @@ _PLANAR_EPSILON = Number(
 _GRID_EPSILON = Number(
     minimum=0,
     exclusive_minimum=True,
-    description="per metre of the metric's distance between cell centres; or give "
-    "privacy_level with privacy_radius_m (epsilon = level / radius); epsilon * cell_size_m "
-    f"from {MIN_GRID_STEP_EPSILON} to {MAX_GRID_STEP_EPSILON}",
+    description="per metre of the metric's distance between cell centres; epsilon * "
+    f"cell_size_m (the loss between side neighbours) from {MIN_GRID_STEP_EPSILON} to "
+    f"{MAX_GRID_STEP_EPSILON}",
 )
 _METRIC = String(
     enum=GRID_METRICS,
@@ -181,8 +181,6 @@ SPEC_SCHEMAS = {
             "region": REGION,
             "cell_size_m": _CELL_SIZE,
             "metric": _METRIC,
-            "privacy_level": _PRIVACY_LEVEL,
-            "privacy_radius_m": _PRIVACY_RADIUS,
         },
         required=("id", "title", "mechanism", "region", "cell_size_m"),
         description="The exponential mechanism over a grid's cells, score minus the Manhattan "
@@ -207,7 +205,10 @@ SERVER_FIELDS = frozenset({"status", "spec_hash", "created_at"})
 _SPEC_FIELDS = frozenset(name for schema in SPEC_SCHEMAS.values() for name in schema.properties)
 _PLANAR_ONLY = tuple(
     name
-    for name in SPEC_SCHEMAS[EXPONENTIAL_GRID].properties
+    for name in {
+        **SPEC_SCHEMAS[PLANAR_LAPLACE].properties,
+        **SPEC_SCHEMAS[EXPONENTIAL_GRID].properties,
+    }
     if name not in SPEC_SCHEMAS[KRR].properties
 )
 _RANGE_FIELDS = ("lo", "hi")
@@ -338,6 +339,13 @@ class CampaignSpec:
             )
         level: float | None = None
         radius: float | None = None
+        if mechanism == EXPONENTIAL_GRID:
+            for field in ("privacy_level", "privacy_radius_m"):
+                if field in data:
+                    raise SpecError(
+                        f"{field} applies only to planar_laplace; exponential_grid takes epsilon",
+                        field=field,
+                    )
         if "privacy_level" in data or "privacy_radius_m" in data:
             if "privacy_level" not in data or "privacy_radius_m" not in data:
                 field = "privacy_radius_m" if "privacy_level" in data else "privacy_level"

@@ -15,7 +15,16 @@ import click
 
 from shared.geo import Region
 from shared.schema import is_positive_finite
-from shared.spec import GEOMETRIC, KRR, PLANAR_LAPLACE, RR, CampaignSpec
+from shared.spec import (
+    EXPONENTIAL_GRID,
+    GEOMETRIC,
+    GRID_METRICS,
+    KRR,
+    MANHATTAN,
+    PLANAR_LAPLACE,
+    RR,
+    CampaignSpec,
+)
 from simulate.runner import ALL_METHODS
 
 CATEGORICAL = ("uniform", "zipf", "weights", "csv-column")
@@ -25,6 +34,7 @@ DEFAULT_EPSILONS = {
     RR: "0.5,1,2,4",
     PLANAR_LAPLACE: "0.005,0.01,0.02",
     GEOMETRIC: "0.1,0.25,0.5,1",
+    EXPONENTIAL_GRID: "0.005,0.01,0.02",
 }
 DEFAULT_NS = "1000,10000,100000"
 _LN = re.compile(r"^ln\(\s*([^()]+?)\s*\)\s*(?:/\s*(.+))?$")
@@ -203,10 +213,17 @@ population_options = option_group(
     ),
     click.option(
         "--mechanism",
-        type=click.Choice((KRR, RR, PLANAR_LAPLACE, GEOMETRIC)),
+        type=click.Choice((KRR, RR, PLANAR_LAPLACE, GEOMETRIC, EXPONENTIAL_GRID)),
         help="Default: planar_laplace for locations, krr for categories. krr on a location "
         "population uses the grid cells as its domain; geometric takes the k categories as "
-        "the integers --lo .. --lo + k - 1.",
+        "the integers --lo .. --lo + k - 1; exponential_grid takes a location population "
+        "and --metric.",
+    ),
+    click.option(
+        "--metric",
+        type=click.Choice(GRID_METRICS),
+        default=None,
+        help=f"exponential_grid: the distance its score is minus [default: {MANHATTAN}].",
     ),
     click.option(
         "--lo",

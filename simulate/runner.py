@@ -35,7 +35,7 @@ from aggregator.estimation import (
     channel_for,
 )
 from aggregator.estimation.estimators import default_estimator
-from shared.mechanisms import Mechanism, PlanarLaplace
+from shared.mechanisms import GridMechanism, Mechanism
 from shared.spec import CampaignSpec
 from simulate.metrics import Scores, score
 from simulate.populations import DEFAULT_CHUNK, Population, PopulationError
@@ -126,11 +126,11 @@ def _disabled(progress: bool | None) -> bool | None:
 
 def check_compatible(population: Population, mechanism: Mechanism) -> None:
     """The population's inputs must be the mechanism's (same labels, or same grid)."""
-    if isinstance(mechanism, PlanarLaplace):
+    if isinstance(mechanism, GridMechanism):
         grid = population.grid
         if grid is None or (grid.rows, grid.cols) != (mechanism.grid.rows, mechanism.grid.cols):
             raise PopulationError(
-                "a planar Laplace campaign needs a location population on its grid",
+                f"a {mechanism.name} campaign needs a location population on its grid",
                 field="population",
             )
         return

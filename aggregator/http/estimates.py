@@ -36,7 +36,7 @@ from aggregator.http.parameters import QueryParameter, invalid_parameter
 from aggregator.storage.locks import Lock
 from aggregator.storage.store import Campaign, CampaignStore
 from shared.errors import ValidationError
-from shared.mechanisms import Geometric, Mechanism, PlanarLaplace
+from shared.mechanisms import Geometric, GridMechanism, Mechanism
 from shared.schema import Number, String, is_positive_finite
 
 DEFAULT_METHOD = "ibu"
@@ -124,7 +124,7 @@ def cell_label(row: int, col: int) -> str:
 
 def output_labels(mechanism: Mechanism) -> list[str]:
     """One label per output index: the category, the grid cell, or the integer as text."""
-    if isinstance(mechanism, PlanarLaplace):
+    if isinstance(mechanism, GridMechanism):
         cols = mechanism.grid.cols
         return [cell_label(*divmod(y, cols)) for y in range(mechanism.n_outputs)]
     if isinstance(mechanism, Geometric):
@@ -276,7 +276,7 @@ def estimate_response(
             code="method_not_applicable",
         ) from exc
     response = {**head, **result.to_dict(output_labels(mechanism))}
-    if not isinstance(mechanism, PlanarLaplace):
+    if not isinstance(mechanism, GridMechanism):
         # The share of reports per category, before any correction for the noise: what
         # an estimate has to beat, shown beside it.
         raw = vector / vector.sum()
@@ -285,7 +285,7 @@ def estimate_response(
     response["poisoning"] = poisoning.check(mechanism, vector).to_dict()
     if isinstance(mechanism, Geometric):
         response["range"] = {"lo": mechanism.lo, "hi": mechanism.hi}
-    if isinstance(mechanism, PlanarLaplace):
+    if isinstance(mechanism, GridMechanism):
         grid = mechanism.grid
         response["grid"] = {
             "rows": grid.rows,

@@ -20,7 +20,16 @@ from aggregator.http.export import FORMAT
 from aggregator.http.routes import STATUS_UPDATE
 from aggregator.services import current_settings
 from aggregator.storage.store import STATUSES
-from shared.spec import CAMPAIGN_ID, GEOMETRIC, KRR, PLANAR_LAPLACE, REGION, RR, SPEC_SCHEMAS
+from shared.spec import (
+    CAMPAIGN_ID,
+    EXPONENTIAL_GRID,
+    GEOMETRIC,
+    KRR,
+    PLANAR_LAPLACE,
+    REGION,
+    RR,
+    SPEC_SCHEMAS,
+)
 from shared.wire import DEFAULT_MAX_BATCH, REPORT, report_batch
 
 bp = flask.Blueprint("openapi", __name__, url_prefix="/api/v1")
@@ -37,6 +46,7 @@ _SPEC_VARIANTS = {
     KRR: "KRRSpec",
     PLANAR_LAPLACE: "PlanarSpec",
     GEOMETRIC: "GeometricSpec",
+    EXPONENTIAL_GRID: "ExponentialGridSpec",
 }
 
 
@@ -220,7 +230,8 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
             },
             "grid": {
                 "type": "object",
-                "description": "planar_laplace only: cells[row][col], row 0 south, col 0 west",
+                "description": "planar_laplace and exponential_grid only: cells[row][col], row 0 south, "
+                "col 0 west",
                 "properties": {
                     "rows": {"type": "integer"},
                     "cols": {"type": "integer"},

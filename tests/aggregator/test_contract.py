@@ -81,6 +81,15 @@ SPEC_BASES = {
         "region": REGION,
         "cell_size_m": 20,
     },
+    "exponential_grid": {
+        "id": "x",
+        "title": "Which block",
+        "mechanism": "exponential_grid",
+        "metric": "euclidean",
+        "epsilon": 0.01,
+        "region": REGION,
+        "cell_size_m": 20,
+    },
     "geometric": {
         "id": "x",
         "title": "Age",
@@ -272,6 +281,7 @@ def _body_cases(document: dict, walker: Walker):
         "KRRSpec": (SPEC_BASES["krr"], walker.spec),
         "PlanarSpec": (SPEC_BASES["planar_laplace"], walker.spec),
         "GeometricSpec": (SPEC_BASES["geometric"], walker.spec),
+        "ExponentialGridSpec": (SPEC_BASES["exponential_grid"], walker.spec),
         "Report": (report, walker.report),
         "ReportBatch": ({"reports": [report]}, walker.report),
         "status": ({"status": "closed"}, walker.update),
@@ -323,6 +333,8 @@ def test_every_documented_request_bound_is_enforced(served, client, admin, analy
         ("GeometricSpec", "lo", "minimum", "inside"),
         ("GeometricSpec", "hi", "maximum", "outside"),
         ("GeometricSpec", "epsilon", "maximum", "inside"),
+        ("ExponentialGridSpec", "metric", "enum", "outside"),
+        ("ExponentialGridSpec", "cell_size_m", "minimum", "inside"),
         ("ReportBatch", "reports", "maxItems", "outside"),
         ("Report", "enrollment_token", "pattern", "inside"),
         ("count", "count", "maximum", "inside"),
@@ -383,6 +395,7 @@ def test_every_enforced_bound_is_in_the_served_document(served):
         "krr": "KRRSpec",
         "planar_laplace": "PlanarSpec",
         "geometric": "GeometricSpec",
+        "exponential_grid": "ExponentialGridSpec",
     }
     for mechanism, descriptor in SPEC_SCHEMAS.items():
         assert schemas[names[mechanism]] == descriptor.schema()

@@ -203,3 +203,24 @@ def test_a_geometric_campaign_end_to_end_through_the_command(live_server):
     # 200 users over 30 values: the server's IBU is about as close as the raw reports (TV 0.15).
     (ibu,) = [r for r in rows if r["method"] == "ibu"]
     assert ibu["tv"] < 0.3, ibu
+
+
+def test_an_exponential_grid_campaign_end_to_end_through_the_command(live_server):
+    env = {
+        "LDP_ADMIN_TOKEN": live_server.admin_token,
+        "LDP_ANALYST_TOKEN": live_server.analyst_token,
+    }
+    campaign = unique_id("block")
+    args = ["via", "--no-progress", "--server", live_server.url, "--campaign", campaign]
+    args += ["--mechanism", "exponential_grid", "--metric", "euclidean", "--population", "city"]
+    args += ["--region", "37.77,37.78,-122.42,-122.41", "--cell-size-m", "200"]
+    args += ["-e", "0.01", "-n", "200", "-m", "ibu", "--json"]
+    result = CliRunner().invoke(main, args, env=env)
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert (document["created"], document["delivered"], document["server_n"]) == (True, 200, 200)
+    served = requests.get(f"{live_server.url}/api/v1/campaigns/{campaign}", timeout=10).json()
+    spec, _ = CampaignSpec.from_wire(served)
+    assert (spec.mechanism, spec.metric, spec.epsilon) == ("exponential_grid", "euclidean", 0.01)
+    (ibu,) = [r for r in document["results"] if r["source"] == "server" and r["method"] == "ibu"]
+    assert ibu["emd_m"] < 300, ibu
