@@ -23,6 +23,26 @@ TAIL_RATES = 46.0
 _BLOCK = 1 << 20
 
 
+def manhattan_kernel(step: float, rows: int, cols: int) -> np.ndarray:
+    """The clamped Manhattan kernel in the same layout: the outer product of the two axes'
+    clamped discrete Laplaces, in closed form.
+
+    Along an axis of ``m`` cells with ``a = exp(-step)``, an offset ``|d| < m`` has
+    probability ``(1 - a) / (1 + a) a^|d|`` and everything at or beyond ``m`` (either
+    side), ``a^m / (1 + a)``.
+    """
+    if not step > 0:
+        raise ValueError(f"step must be > 0, got {step!r}")
+    alpha = math.exp(-step)
+
+    def axis(m: int) -> np.ndarray:
+        law = (1.0 - alpha) / (1.0 + alpha) * alpha ** np.abs(np.arange(-m, m + 1, dtype=float))
+        law[[0, -1]] = alpha**m / (1.0 + alpha)
+        return law
+
+    return np.outer(axis(rows), axis(cols))
+
+
 def lattice_radius(step: float) -> int:
     """Cells out to which the lattice is summed for ``step = epsilon * cell_size_m``."""
     return math.ceil(TAIL_RATES / step)

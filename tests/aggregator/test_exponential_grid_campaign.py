@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from aggregator_testdata import GRID_SPEC, KRR_SPEC, PLANAR_SPEC, new_id
 
-from aggregator.estimation.channels import GridKernelChannel, channel_for
-from aggregator.estimation.ordinal import ManhattanGridChannel
+from aggregator.estimation.channels import GridKernelChannel, ManhattanKernelChannel, channel_for
 from shared.mechanisms import ExponentialGrid, Mechanism
 from shared.spec import (
     MAX_GRID_STEP_EPSILON,
@@ -47,7 +46,7 @@ def test_manhattan_is_the_default_and_is_left_out_of_the_canonical_form():
     assert "metric" not in spec.to_dict()
     assert spec.spec_hash == CampaignSpec.from_dict(explicit).spec_hash
     assert spec.spec_hash != CampaignSpec.from_dict(GRID_SPEC).spec_hash
-    assert isinstance(channel_for(Mechanism.from_spec(spec)), ManhattanGridChannel)
+    assert isinstance(channel_for(Mechanism.from_spec(spec)), ManhattanKernelChannel)
 
 
 @pytest.mark.parametrize("field", ["privacy_level", "privacy_radius_m"])
