@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import click
 import redis
 
+from aggregator.estimation.advice import advise_spec
 from aggregator.http import estimates, export
 from aggregator.http.enrollment import new_token
 from aggregator.services import open_store
@@ -334,16 +335,27 @@ def campaign_list(opener: StoreOpener, as_json: bool) -> None:
 @click.argument("spec_file", type=click.File("r", encoding="utf-8"))
 @click.pass_obj
 def campaign_create(opener: StoreOpener, spec_file: Any) -> None:
-    """Create a campaign from a JSON spec file ('-' reads standard input)."""
+    """Create a campaign from a JSON spec file ('-' reads standard input).
+
+    Without a mechanism the file gives the domain and the mechanism is chosen as
+    POST /api/v1/campaigns chooses it; the output then carries the advice.
+    """
     try:
         raw = json.load(spec_file)
     except ValueError as exc:
         raise click.ClickException(f"{spec_file.name} is not valid JSON: {exc}") from exc
-    spec = CampaignSpec.from_dict(raw)
+    advice = None
+    if isinstance(raw, dict) and "mechanism" not in raw:
+        spec, advice = advise_spec(raw)
+    else:
+        spec = CampaignSpec.from_dict(raw)
     campaign, created = opener.store().create_campaign(spec)
     if not created:
         click.echo(f"campaign {spec.id!r} already exists with this spec", err=True)
-    _echo_json(campaign.to_wire())
+    wire = campaign.to_wire()
+    if advice is not None:
+        wire["advice"] = advice
+    _echo_json(wire)
 
 
 @campaign.command("show")

@@ -35,8 +35,8 @@ from shared.rng import (
     uniform_angle,
 )
 from shared.schema import finite_number, positive_finite
+from shared.spec import EXPONENTIAL_GRID as EXPONENTIAL_GRID  # re-exported: the wire name
 from shared.spec import (
-    EXPONENTIAL_GRID,
     GEOMETRIC,
     GRID_METRICS,
     MANHATTAN,

@@ -200,6 +200,42 @@ SPEC_SCHEMAS = {
     ),
 }
 
+# A campaign created without a mechanism: the server ranks the mechanisms it hosts for the
+# domain given (labels, a range or a region) at the expected number of users and takes the best
+# (aggregator.estimation.advice). The request is not a spec: it is turned into one.
+DEFAULT_EXPECTED_USERS = 10_000
+MAX_EXPECTED_USERS = 10**12
+EXPECTED_USERS = Number(
+    integer=True,
+    minimum=1,
+    maximum=MAX_EXPECTED_USERS,
+    description=f"users the campaign is planned for (default {DEFAULT_EXPECTED_USERS:,}); "
+    "only when the server chooses the mechanism",
+)
+ADVISED_SCHEMA = Object(
+    {
+        **_COMMON,
+        "epsilon": Number(
+            minimum=0,
+            exclusive_minimum=True,
+            description="as the chosen mechanism takes it: local-DP for labels, per unit for a "
+            "range (the other mechanisms run at it too), per metre for a region",
+        ),
+        "domain": _LABELS,
+        "lo": _BOUND,
+        "hi": _BOUND,
+        "region": REGION,
+        "cell_size_m": _CELL_SIZE,
+        "privacy_level": _PRIVACY_LEVEL,
+        "privacy_radius_m": _PRIVACY_RADIUS,
+        "expected_users": EXPECTED_USERS,
+    },
+    required=("id", "title"),
+    description="A campaign without a mechanism: give one domain (domain labels, lo and hi, or "
+    "region with cell_size_m); the server picks the mechanism with the lowest expected error "
+    "among those it hosts and says why in the response's advice",
+)
+
 # Fields the server adds when it serves a spec; not part of the hashed spec.
 SERVER_FIELDS = frozenset({"status", "spec_hash", "created_at"})
 _SPEC_FIELDS = frozenset(name for schema in SPEC_SCHEMAS.values() for name in schema.properties)

@@ -1,8 +1,9 @@
 """``ldp-simulate``: simulate a collection before launching it.
 
 Subcommands: ``run`` (in-process sweep of epsilons, sizes and estimators),
-``via`` (end to end through the real client against a server) and
-``reproduce`` (planar Laplace versus k-RR on real check-ins). Their options
+``via`` (end to end through the real client against a server),
+``reproduce`` (planar Laplace versus k-RR on real check-ins) and ``advise``
+(the mechanisms for a domain ranked by expected error). Their options
 are in :mod:`simulate.options`, their tables in :mod:`simulate.tables`.
 """
 
@@ -26,6 +27,8 @@ from shared.spec import (
     PLANAR_LAPLACE,
     CampaignSpec,
 )
+from simulate.advisor import DEFAULT_SEED, DEFAULT_TRIALS, format_advice
+from simulate.advisor import advise as advise_mechanisms
 from simulate.options import (
     DEFAULT_EPSILONS,
     DEFAULT_NS,
@@ -303,6 +306,82 @@ def reproduce(
     click.echo(format_reproduction(reproduction))
     for path in reproduction.plots:
         click.echo(f"wrote {path}", err=True)
+
+
+@main.command()
+@click.option(
+    "-k", "--domain-size", type=click.IntRange(2), help="Categories: the number of labels."
+)
+@click.option("--lo", type=int, help="An integer range: its lowest value (with --hi).")
+@click.option("--hi", type=int, help="An integer range: its highest value (with --lo).")
+@click.option(
+    "--region",
+    "region_text",
+    help="Locations: lat_min,lat_max,lon_min,lon_max (with --cell-size-m).",
+)
+@click.option("--cell-size-m", type=click.FloatRange(1), help="Locations: the grid's cell size.")
+@click.option(
+    "-e",
+    "--epsilon",
+    type=Parsed("epsilon", parse_epsilon),
+    required=True,
+    help="Local-DP epsilon; per unit for a range, per metre for a region (e.g. ln(2)/100).",
+)
+@click.option(
+    "-n", "--users", type=Parsed("users", parse_n), required=True, help="Expected users, e.g. 1e4."
+)
+@click.option(
+    "--trials",
+    type=click.IntRange(1),
+    default=DEFAULT_TRIALS,
+    show_default=True,
+    help="Simulated draws per mechanism (regions).",
+)
+@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, help="Seed (regions).")
+@json_option
+@version_option
+def advise(
+    domain_size: int | None,
+    lo: int | None,
+    hi: int | None,
+    region_text: str | None,
+    cell_size_m: float | None,
+    epsilon: float,
+    users: int,
+    trials: int,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Rank the mechanisms for a domain by expected error, best first, and recommend one.
+
+    Categories (-k) and integer ranges (--lo/--hi) are ranked by closed forms
+    of the expected squared error of the frequency estimate, summed over the
+    domain; a region by a short seeded simulation of the earth mover's
+    distance (docs/simulation.md).
+
+    \b
+    Examples:
+      ldp-simulate advise --domain-size 8 --epsilon 1 --users 1e4 --json
+      ldp-simulate advise --lo 0 --hi 99 --epsilon 0.5 --users 1e4
+      ldp-simulate advise --region 37.77,37.80,-122.43,-122.39 --cell-size-m 150 \\
+          --epsilon "ln(2)/100" --users 1e4
+    """
+    region = parse_region(region_text) if region_text else None
+    options = advise_mechanisms(
+        epsilon=epsilon,
+        users=users,
+        domain_size=domain_size,
+        lo=lo,
+        hi=hi,
+        region=region,
+        cell_size_m=cell_size_m,
+        trials=trials,
+        seed=seed,
+    )
+    if as_json:
+        click.echo(json.dumps([o.to_dict() for o in options], indent=2, allow_nan=False))
+    else:
+        click.echo(format_advice(options))
 
 
 # -- building the population and the specs -------------------------------------------------------

@@ -11,11 +11,14 @@ both taken from the same snapshot of the counts.
 
 from __future__ import annotations
 
+import functools
+import math
 from datetime import UTC, datetime
 from typing import Any
 
+from aggregator.estimation.advice import expected_error
 from aggregator.storage.store import Campaign, CampaignStore
-from shared.spec import EXPONENTIAL_GRID, GEOMETRIC, GRID_MECHANISMS, PLANAR_LAPLACE
+from shared.spec import EXPONENTIAL_GRID, GEOMETRIC, GRID_MECHANISMS, PLANAR_LAPLACE, CampaignSpec
 
 MECHANISM_NAMES = {
     "rr": "Randomized response",
@@ -86,13 +89,57 @@ def report_series(store: CampaignStore, campaign_id: str) -> dict[str, Any]:
     return {"bucket_s": 3600, "bucket_name": "hour", "points": points}
 
 
+@functools.lru_cache(maxsize=256)
+def _error_at_one_report(spec: CampaignSpec) -> dict[str, Any] | None:
+    """The advisor's expected error at n = 1; the squared error scales as 1 / n."""
+    return expected_error(spec, 1)
+
+
+def expected_error_at(campaign: Campaign) -> dict[str, Any]:
+    """The advisor's expected error of the estimate at the campaign's current number of reports.
+
+    ``text`` says it for the page: the expected squared error of the frequency
+    estimate summed over the domain (the advisor's closed form, cached per spec
+    and divided by n), with its square root per value; for a region, the
+    closed-form proxy, the mean distance a report is moved.
+    """
+    n = campaign.n_reports
+    unit = _error_at_one_report(campaign.spec)
+    if unit is None:
+        return {"text": "–", "expected_mse": None, "basis": None}
+    if "mean_displacement_m" in unit:
+        metres = unit["mean_displacement_m"]
+        return {
+            "text": f"each report moved {metres:,.0f} m on average (proxy; "
+            "ldp-simulate advise --region simulates the estimate's error)",
+            "expected_mse": None,
+            "mean_displacement_m": metres,
+            "basis": unit["basis"],
+        }
+    if n < 1:
+        return {"text": "– (no reports yet)", "expected_mse": None, "basis": unit["basis"]}
+    mse = unit["expected_mse"] / n
+    values = campaign.spec.domain
+    size = (
+        len(values) if values is not None else (campaign.spec.hi or 0) - (campaign.spec.lo or 0) + 1
+    )
+    return {
+        "text": f"squared error {mse:.3g} summed over the {size:,} values (about "
+        f"±{math.sqrt(mse / size):.2g} on each value's share) at {n:,} reports",
+        "expected_mse": mse,
+        "basis": unit["basis"],
+    }
+
+
 def summary(store: CampaignStore, campaign: Campaign) -> dict[str, Any]:
-    """What the campaign page polls: count, status, last report and the time series."""
+    """What the campaign page polls: count, status, last report, the time series and the
+    expected error at the current count."""
     campaign_id = campaign.spec.id
     last = store.last_report_times([campaign_id])[campaign_id]
     return {
         **campaign_row(campaign, last),
         "series": report_series(store, campaign_id),
+        "expected_error": expected_error_at(campaign),
     }
 
 

@@ -151,6 +151,7 @@ def campaign_page(campaign_id: str) -> Any:
         grid=spec.grid if planar else None,
         value_range=(spec.lo, spec.hi) if ordinal else None,
         domain_size=None if planar or ordinal else len(spec.domain or ()),
+        expected_error=data.expected_error_at(campaign),
         methods=[(m, data.METHOD_NAMES.get(m, m)) for m in METHODS],
         default_method=estimates.DEFAULT_METHOD,
         refresh_s=current_settings().dashboard_refresh_s,

@@ -21,6 +21,7 @@ from aggregator.http.routes import STATUS_UPDATE
 from aggregator.services import current_settings
 from aggregator.storage.store import STATUSES
 from shared.spec import (
+    ADVISED_SCHEMA,
     CAMPAIGN_ID,
     EXPONENTIAL_GRID,
     GEOMETRIC,
@@ -37,6 +38,7 @@ bp = flask.Blueprint("openapi", __name__, url_prefix="/api/v1")
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _NUMBER = {"type": "number"}
 _CAMPAIGN_REF = {"$ref": "#/components/schemas/Campaign"}
+_CREATED_REF = {"$ref": "#/components/schemas/CreatedCampaign"}
 # Who may call an endpoint: the admin token, or (for reading results) the analyst token, which
 # the admin token also stands in for.
 _ADMIN: list[dict[str, list[str]]] = [{"admin": []}]
@@ -124,6 +126,39 @@ _SERVER_PROPERTIES = {
 }
 
 
+_ADVICE = {
+    "type": "object",
+    "description": "Why the server chose the mechanism (a campaign created without one)",
+    "properties": {
+        "chosen": {"type": "string", "description": "the mechanism's wire name"},
+        "why": {"type": "string"},
+        "expected_users": {"type": "integer"},
+        "ranking": {
+            "type": "array",
+            "description": "every mechanism ranked, best first; hosted: whether this service "
+            "runs it",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "mechanism": {"type": "string"},
+                    "expected_mse": {
+                        "type": "number",
+                        "nullable": True,
+                        "description": "E||f_hat - f||^2 summed over the domain",
+                    },
+                    "epsilon": _NUMBER,
+                    "basis": {"type": "string"},
+                    "why": {"type": "string"},
+                    "hosted": {"type": "boolean"},
+                },
+                "required": ["mechanism", "expected_mse", "epsilon", "basis", "hosted"],
+            },
+        },
+    },
+    "required": ["chosen", "why", "expected_users", "ranking"],
+}
+
+
 def _json_body(schema: dict) -> dict[str, Any]:
     return {"required": True, "content": {"application/json": {"schema": schema}}}
 
@@ -142,6 +177,21 @@ def _spec_schemas() -> dict[str, Any]:
         }
     schemas["CampaignSpec"] = {
         "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in _SPEC_VARIANTS.values()]
+    }
+    schemas["AdvisedSpec"] = ADVISED_SCHEMA.schema()
+    schemas["Advice"] = _ADVICE
+    # What creating a campaign answers: the campaign, and the advice when the server chose.
+    schemas["CreatedCampaign"] = {
+        "oneOf": [
+            {
+                **schemas[f"{name[: -len('Spec')]}Campaign"],
+                "properties": {
+                    **schemas[f"{name[: -len('Spec')]}Campaign"]["properties"],
+                    "advice": {"$ref": "#/components/schemas/Advice"},
+                },
+            }
+            for name in _SPEC_VARIANTS.values()
+        ]
     }
     schemas["Campaign"] = {
         "oneOf": [
@@ -185,6 +235,7 @@ def _enrollment_tokens_path() -> dict[str, Any]:
 
 
 def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
+    specs = _SPEC_VARIANTS.values()
     """The OpenAPI document for a server that takes batches of up to ``max_batch`` reports."""
     estimate = {
         "type": "object",
@@ -314,10 +365,20 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
                 "post": {
                     "summary": "Create a campaign (admin)",
                     "security": _ADMIN,
-                    "requestBody": _json_body({"$ref": "#/components/schemas/CampaignSpec"}),
+                    "description": "Without a mechanism (AdvisedSpec) the server ranks the "
+                    "mechanisms it hosts for the domain at expected_users and creates the "
+                    "campaign with the best; the response's advice says which and why.",
+                    "requestBody": _json_body(
+                        {
+                            "oneOf": [
+                                *({"$ref": f"#/components/schemas/{name}"} for name in specs),
+                                {"$ref": "#/components/schemas/AdvisedSpec"},
+                            ]
+                        }
+                    ),
                     "responses": {
-                        "201": _json(_CAMPAIGN_REF, "Created"),
-                        "200": _json(_CAMPAIGN_REF, "The same spec existed"),
+                        "201": _json(_CREATED_REF, "Created"),
+                        "200": _json(_CREATED_REF, "The same spec existed"),
                         **_errors(400, 401, 403, 409, 413, 415, 422, 429),
                     },
                 },

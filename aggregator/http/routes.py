@@ -9,6 +9,7 @@ from typing import Any
 import flask
 import redis
 
+from aggregator.estimation.advice import advise_spec
 from aggregator.http import estimates, export
 from aggregator.http.auth import ADMIN, ANALYST, require
 from aggregator.http.errors import APIError
@@ -120,9 +121,24 @@ def create_campaign() -> tuple[flask.Response, int]:
         if server_fields:
             field = server_fields[0]
             raise ValidationError(f"{field} is set by the server", field=field, code="invalid_spec")
-    spec = CampaignSpec.from_dict(body)
+    advice = None
+    if isinstance(body, dict) and "mechanism" not in body:
+        # No mechanism: the server chooses one for the domain (aggregator.estimation.advice).
+        spec, advice = advise_spec(body)
+    else:
+        if isinstance(body, dict) and "expected_users" in body:
+            raise ValidationError(
+                "expected_users applies only when the server chooses the mechanism "
+                "(a campaign created without one)",
+                field="expected_users",
+                code="invalid_spec",
+            )
+        spec = CampaignSpec.from_dict(body)
     campaign, created = get_store().create_campaign(spec)
-    response = flask.jsonify(campaign.to_wire())
+    wire = campaign.to_wire()
+    if advice is not None:
+        wire["advice"] = advice
+    response = flask.jsonify(wire)
     response.headers["Location"] = flask.url_for("api.get_campaign", campaign_id=spec.id)
     return response, 201 if created else 200
 

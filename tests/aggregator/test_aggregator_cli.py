@@ -55,6 +55,20 @@ def test_create_from_stdin_and_again(runner, redis_url):
     assert "already exists" in again.stderr
 
 
+def test_create_without_a_mechanism_takes_the_advice(runner, redis_url):
+    body = {"id": "age", "title": "Age", "lo": 0, "hi": 120, "epsilon": 0.5}
+    created = run(runner, redis_url, "campaign", "create", "-", input=json.dumps(body))
+    assert created.exit_code == 0, created.output
+    wire = json.loads(created.stdout)
+    assert wire["mechanism"] == "geometric"
+    assert wire["advice"]["chosen"] == "geometric"
+    no_domain = run(
+        runner, redis_url, "campaign", "create", "-", input=json.dumps({"id": "x", "title": "X"})
+    )
+    assert no_domain.exit_code == 1
+    assert no_domain.stderr.startswith("Error: give one domain")
+
+
 def test_library_errors_become_error_lines(runner, redis_url, tmp_path):
     bad = run(
         runner, redis_url, "campaign", "create", write_spec(tmp_path, {**KRR_SPEC, "epsilon": 0})

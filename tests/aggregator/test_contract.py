@@ -64,6 +64,12 @@ PATTERN_EXAMPLES = {
 }
 # A region of about 220 m x 180 m: small enough for 1 m cells.
 REGION = {"lat_min": 37.77, "lat_max": 37.772, "lon_min": -122.42, "lon_max": -122.418}
+# Campaigns created without a mechanism: one body per form of the domain.
+ADVISED_BASES = [
+    {"id": "x", "title": "Fruit", "epsilon": 1.0, "domain": ["apple", "banana", "cherry"]},
+    {"id": "x", "title": "Age", "epsilon": 0.5, "lo": 0, "hi": 120},
+    {"id": "x", "title": "Where", "epsilon": 0.01, "region": REGION, "cell_size_m": 20},
+]
 SPEC_BASES = {
     "rr": {"id": "x", "title": "Q", "mechanism": "rr", "epsilon": 1.0, "domain": ["no", "yes"]},
     "krr": {
@@ -282,6 +288,7 @@ def _body_cases(document: dict, walker: Walker):
         "PlanarSpec": (SPEC_BASES["planar_laplace"], walker.spec),
         "GeometricSpec": (SPEC_BASES["geometric"], walker.spec),
         "ExponentialGridSpec": (SPEC_BASES["exponential_grid"], walker.spec),
+        "AdvisedSpec": (ADVISED_BASES, walker.spec),
         "Report": (report, walker.report),
         "ReportBatch": ({"reports": [report]}, walker.report),
         "status": ({"status": "closed"}, walker.update),
@@ -298,6 +305,20 @@ def _body_cases(document: dict, walker: Walker):
                 ref = choice.get("$ref", "")
                 name = ref.rsplit("/", 1)[1] if ref else "/".join(choice["required"])
                 assert name in bases, f"no example body for {name}: add one to the walk"
+                if name == "AdvisedSpec":
+                    # One domain at a time: each form's fields are walked on its own body.
+                    resolved_choice = _resolve(choice, document)
+                    for base in ADVISED_BASES:
+                        fields = set(base) | {"expected_users", "enrollment_required"}
+                        if "region" in base:
+                            fields |= {"privacy_level", "privacy_radius_m"}
+                        properties = resolved_choice["properties"]
+                        narrowed = {
+                            **resolved_choice,
+                            "properties": {k: v for k, v in properties.items() if k in fields},
+                        }
+                        yield name, narrowed, base, walker.spec
+                    continue
                 yield name, choice, *bases[name]
 
 
@@ -338,6 +359,8 @@ def test_every_documented_request_bound_is_enforced(served, client, admin, analy
         ("ReportBatch", "reports", "maxItems", "outside"),
         ("Report", "enrollment_token", "pattern", "inside"),
         ("count", "count", "maximum", "inside"),
+        ("AdvisedSpec", "expected_users", "minimum", "outside"),
+        ("AdvisedSpec", "hi", "maximum", "outside"),
     ]:
         assert expected in checked
 

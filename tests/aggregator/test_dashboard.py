@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import calendar
 import csv
+import html
 import io
 import random
 import re
@@ -15,6 +16,7 @@ from aggregator_testdata import ADMIN_TOKEN, ANALYST_TOKEN, GRID_SPEC, KRR_SPEC,
 
 from aggregator.app import create_app
 from aggregator.estimation import METHODS
+from aggregator.estimation.advice import oracle_mse
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
 
@@ -246,6 +248,27 @@ def test_summary_counts_and_times(signed_in, fruit_reports):
     assert body["last_report_at"].endswith("Z")
     stamp = calendar.timegm(time.strptime(body["last_report_at"], "%Y-%m-%dT%H:%M:%SZ"))
     assert before - 120 < stamp <= time.time()
+
+
+def test_summary_and_page_give_the_advisors_expected_error_at_the_current_n(
+    signed_in, fruit_reports
+):
+    spec = CampaignSpec.from_dict(KRR_SPEC)
+    n = len(fruit_reports)
+    body = signed_in.get(DATA_URLS[0]).get_json()["expected_error"]
+    assert body["expected_mse"] == pytest.approx(
+        oracle_mse("krr", len(spec.domain), spec.epsilon, n)
+    )
+    assert body["basis"] == "closed form"
+    assert body["text"].endswith(f"at {n:,} reports")
+    page = signed_in.get("/dashboard/campaigns/fruit").get_data(as_text=True)
+    assert body["text"] in html.unescape(page)
+
+
+def test_a_planar_page_gives_the_displacement_proxy(signed_in, planar_campaign):
+    page = signed_in.get(f"/dashboard/campaigns/{PLANAR_SPEC['id']}").get_data(as_text=True)
+    metres = 2 / PLANAR_SPEC["epsilon"]
+    assert f"each report moved {metres:,.0f} m on average (proxy" in page
 
 
 @pytest.mark.parametrize("method", METHODS)

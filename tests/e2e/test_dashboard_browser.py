@@ -17,6 +17,7 @@ import pytest
 import requests
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from aggregator.estimation.advice import oracle_mse
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
 
@@ -536,6 +537,11 @@ def test_a_report_posted_while_the_page_is_open_shows_up(tab, seeder, campaigns)
     expect(tab.page.locator("#n-reports")).to_have_text(f"{start + 5:,}", timeout=RENDER_TIMEOUT_MS)
     tab.wait_rendered(n=start + 5)
     assert tab.page.evaluate("window.loadedOnce") is True  # refreshed in place, not reloaded
+    # The advisor's expected error follows the count: rr's closed form at the new n.
+    expected = oracle_mse("rr", 2, live["epsilon"], start + 5)
+    shown = tab.page.inner_text("#expected-error")
+    assert shown.startswith(f"squared error {expected:.3g} summed over the 2 values"), shown
+    assert shown.endswith(f"at {start + 5:,} reports")
     assert tab.page.inner_text("#estimate-n") == f"{start + 5:,}"
     api = seeder.get(f"/campaigns/{live['id']}/estimate?method=ibu")
     trace = chart_trace(tab.page, "estimate-chart")

@@ -29,7 +29,7 @@ def run(*args: str):
     return invoke("run", "--no-progress", *args)
 
 
-@pytest.mark.parametrize("command", [[], ["run"], ["via"], ["reproduce"]])
+@pytest.mark.parametrize("command", [[], ["run"], ["via"], ["reproduce"], ["advise"]])
 def test_version_and_short_help_on_the_group_and_each_subcommand(command):
     version = invoke(*command, "--version")
     assert version.exit_code == 0, version.output

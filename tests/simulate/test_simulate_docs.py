@@ -38,7 +38,12 @@ COMMANDS = shown_commands()
 
 
 def test_the_docs_show_every_subcommand():
-    assert {shlex.split(command)[1] for command in COMMANDS} == {"run", "via", "reproduce"}
+    assert {shlex.split(command)[1] for command in COMMANDS} == {
+        "run",
+        "via",
+        "reproduce",
+        "advise",
+    }
     assert len(COMMANDS) >= 10
 
 

@@ -170,6 +170,7 @@
   function renderSummary(summary) {
     setText("n-reports", summary.n_reports.toLocaleString("en"));
     setText("last-report", formatTime(summary.last_report_at));
+    setText("expected-error", summary.expected_error.text);
     var status = document.getElementById("status");
     status.textContent = summary.status;
     status.className = "status status-" + summary.status;

@@ -1,0 +1,454 @@
+"""Which mechanism for a domain: the expected error of each, in closed form, ranked.
+
+The error of a mechanism here is the expected squared error of the unbiased
+estimate of the frequency vector, summed over the values of the domain,
+``E ||f_hat - f||^2``, for ``n`` users whose values are fixed (the estimate
+recovers the users' own distribution). For the *pure* frequency oracles
+(Wang, Blocki, Li and Jha, "Locally differentially private protocols for
+frequency estimation", USENIX Security 2017) a report supports its value
+with probability ``p*`` and any other given value with ``q*``, and the
+estimate of ``f_v`` is ``(share of reports supporting v - q*) / (p* - q*)``.
+Its variance is ``(q*(1 - q*) + f_v (p* - q*)(1 - p* - q*)) / (n (p* - q*)^2)``,
+so the sum over ``k`` values, with ``sum f_v = 1``, depends on no distribution:
+
+    E ||f_hat - f||^2 = (k q*(1 - q*) / (p* - q*)^2 + (1 - p* - q*) / (p* - q*)) / n
+
+With ``e = e^epsilon``:
+
+* k-RR and binary RR: ``p* = e / (e + k - 1)``, ``q* = 1 / (e + k - 1)``;
+* OUE: ``p* = 1/2``, ``q* = 1 / (e + 1)``;
+* OLH with ``g = round(e) + 1`` buckets: ``p* = e / (e + g - 1)``, ``q* = 1 / g``;
+* Hadamard response (:mod:`aggregator.estimation.oracles`): a report supports
+  ``v`` when it lies in ``v``'s half of the outputs, so ``p* = e / (e + 1)`` and,
+  since two rows' halves meet in a quarter of the outputs, ``q* = 1/2``.
+
+For small ``k`` and the ``f_v -> 0`` term alone k-RR beats OUE and OLH
+below ``k = 3 e + 2`` (the crossover of the paper; the exact sums move it by
+less than one value).
+
+The geometric mechanism is not pure; its inverse is banded
+(:class:`aggregator.estimation.ordinal.GeometricChannel`) and the variance of
+the inversion is exact: ``(sum_x sum_y (C^-1)[y, x]^2 q_y - 1) / n`` with
+``q = f C``, which depends on ``f`` (uniform unless given).
+
+Privacy is compared so that no pair of values is less protected than the
+campaign's ``epsilon`` protects it: on a range, ``epsilon`` is per unit
+(geometric) and the categorical oracles run at that same ``epsilon``, which
+is what the geometric mechanism gives two neighbouring values and more than it
+gives any other pair. A region's mechanisms are compared by simulation
+(``simulate.advisor``); here a region gets only a proxy, each report's mean
+displacement.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from shared.errors import SpecError
+from shared.mechanisms import EXPONENTIAL_GRID, HADAMARD_RESPONSE, Geometric
+from shared.spec import (
+    ADVISED_SCHEMA,
+    DEFAULT_EXPECTED_USERS,
+    GEOMETRIC,
+    KRR,
+    MAX_EPSILON,
+    MAX_RANGE_VALUES,
+    MECHANISMS,
+    PLANAR_LAPLACE,
+    RR,
+    CampaignSpec,
+)
+
+OLH = "olh"
+OUE = "oue"
+CATEGORICAL_MECHANISMS = (RR, KRR, OLH, OUE, HADAMARD_RESPONSE)
+# The geometric closed form holds a few arrays of the range's size.
+MAX_ADVISED_RANGE = 10_000_000
+CLOSED_FORM = "closed form"
+PROXY = "closed-form proxy: mean displacement of one report"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One mechanism's expected error for a domain, epsilon and number of users.
+
+    ``expected_mse`` is ``E ||f_hat - f||^2`` summed over the domain (``None``
+    where only an EMD was simulated); ``expected_emd_m`` the earth mover's
+    distance in metres of the default estimate (grids, simulated);
+    ``epsilon`` the parameter the mechanism runs at (see the module
+    docstring); ``hosted`` whether the service can run a campaign with it.
+    """
+
+    mechanism: str
+    expected_mse: float | None
+    epsilon: float
+    basis: str
+    why: str
+    hosted: bool
+    expected_emd_m: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "mechanism": self.mechanism,
+            "expected_mse": self.expected_mse,
+            "epsilon": self.epsilon,
+            "basis": self.basis,
+            "why": self.why,
+            "hosted": self.hosted,
+        }
+        if self.expected_emd_m is not None:
+            out["expected_emd_m"] = self.expected_emd_m
+        out.update(self.details)
+        return out
+
+
+def hosted(mechanism: str) -> bool:
+    """Whether this service's campaign specs accept ``mechanism``."""
+    return mechanism in MECHANISMS
+
+
+def _check(k: int, epsilon: float, n: int) -> None:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+        raise ValueError(f"the domain needs at least 2 values, got {k!r}")
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"the number of users must be a positive integer, got {n!r}")
+
+
+def pure_oracle_mse(k: int, p_star: float, q_star: float, n: int) -> float:
+    """``E ||f_hat - f||^2`` of a pure frequency oracle over ``k`` values and ``n`` users."""
+    gap = p_star - q_star
+    return (k * q_star * (1 - q_star) / gap**2 + (1 - p_star - q_star) / gap) / n
+
+
+def olh_buckets(epsilon: float) -> int:
+    """OLH's hash range ``g = round(e^epsilon) + 1``."""
+    return round(math.exp(epsilon)) + 1
+
+
+def oracle_mse(mechanism: str, k: int, epsilon: float, n: int) -> float:
+    """The closed form of a categorical oracle (see the module docstring)."""
+    _check(k, epsilon, n)
+    e = math.exp(epsilon)
+    if mechanism in (RR, KRR):
+        if mechanism == RR and k != 2:
+            raise ValueError(f"rr takes exactly two values, got {k}")
+        return pure_oracle_mse(k, e / (e + k - 1), 1 / (e + k - 1), n)
+    if mechanism == OUE:
+        return pure_oracle_mse(k, 0.5, 1 / (e + 1), n)
+    if mechanism == OLH:
+        g = olh_buckets(epsilon)
+        return pure_oracle_mse(k, e / (e + g - 1), 1 / g, n)
+    if mechanism == HADAMARD_RESPONSE:
+        return pure_oracle_mse(k, e / (e + 1), 0.5, n)
+    raise ValueError(f"no closed form for {mechanism!r}")
+
+
+def geometric_mse(m: int, epsilon: float, n: int, distribution: np.ndarray | None = None) -> float:
+    """``E ||f_hat - f||^2`` of the geometric mechanism's inversion on ``m`` values.
+
+    ``distribution`` is the users' distribution over the range (uniform if ``None``).
+    """
+    from aggregator.estimation.ordinal import GeometricChannel
+
+    _check(m, epsilon, n)
+    channel = GeometricChannel(Geometric(epsilon=epsilon, lo=0, hi=m - 1))
+    f = np.full(m, 1.0 / m) if distribution is None else np.asarray(distribution, dtype=float)
+    if f.shape != (m,):
+        raise ValueError(f"the distribution must have {m} entries, got shape {f.shape}")
+    q = channel.forward(f)
+    return float(channel.inversion_second_moment(q).sum() - f @ f) / n
+
+
+def crossover_k(epsilon: float, other: str = OUE, *, limit: int = 100_000) -> int:
+    """The smallest ``k`` at which ``other`` has a lower expected error than k-RR.
+
+    k-RR's error grows as ``k^2`` and the others' as ``k``, so they cross once: bisection.
+    """
+
+    def other_wins(k: int) -> bool:
+        return oracle_mse(other, k, epsilon, 1) < oracle_mse(KRR, k, epsilon, 1)
+
+    if not other_wins(limit):
+        raise ValueError(f"k-RR stays ahead of {other} up to k = {limit}")
+    low, high = 1, limit  # other_wins(high); low is below the crossover
+    while high - low > 1:
+        middle = (low + high) // 2
+        if middle >= 2 and other_wins(middle):
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def _why(mechanism: str, k: int, epsilon: float) -> str:
+    e = math.exp(epsilon)
+    if mechanism in (RR, KRR):
+        try:
+            exact = f"{crossover_k(epsilon, OUE)} values"
+        except ValueError:
+            exact = "more values than a campaign takes"
+        return (
+            f"k-RR's error grows with k (e^eps + k - 2 per value); it beats OUE and OLH below "
+            f"{exact} at this epsilon (3e^eps + 2 = {3 * e + 2:.1f} without the f terms)"
+        )
+    if mechanism == OUE:
+        return "unary encoding: 4e^eps / (e^eps - 1)^2 per value, whatever k; reports are k bits"
+    if mechanism == OLH:
+        return (
+            f"local hashing into g = {olh_buckets(epsilon)} buckets: about OUE's error with "
+            "reports of a few bytes"
+        )
+    if mechanism == HADAMARD_RESPONSE:
+        return "one of 2^ceil(log2(k+1)) outputs: (e^eps + 1)^2 / (e^eps - 1)^2 per value"
+    return ""
+
+
+def _sorted(options: list[Option]) -> list[Option]:
+    """Best first: the lower error, then a hosted mechanism, then the listing order."""
+
+    def key(item: tuple[int, Option]) -> tuple[float, bool, int]:
+        index, option = item
+        error = option.expected_emd_m if option.expected_emd_m is not None else option.expected_mse
+        return (math.inf if error is None else error, not option.hosted, index)
+
+    return [option for _, option in sorted(enumerate(options), key=key)]
+
+
+def rank_categorical(k: int, epsilon: float, n: int) -> list[Option]:
+    """The categorical oracles over ``k`` labels at ``epsilon``, best first."""
+    _check(k, epsilon, n)
+    names = [RR] if k == 2 else []
+    names += [KRR, OLH, OUE, HADAMARD_RESPONSE]
+    options = [
+        Option(
+            mechanism=name,
+            expected_mse=oracle_mse(name, k, epsilon, n),
+            epsilon=epsilon,
+            basis=CLOSED_FORM,
+            why=_why(name, k, epsilon),
+            hosted=hosted(name),
+        )
+        for name in names
+    ]
+    return _sorted(options)
+
+
+def rank_range(lo: int, hi: int, epsilon: float, n: int) -> list[Option]:
+    """The integers ``lo..hi``: geometric at ``epsilon`` per unit against the oracles over them."""
+    if not lo < hi:
+        raise ValueError(f"the range needs lo < hi, got [{lo}, {hi}]")
+    m = hi - lo + 1
+    if m > MAX_ADVISED_RANGE:
+        raise ValueError(
+            f"the range holds {m:,} values; the advisor takes at most {MAX_ADVISED_RANGE:,} "
+            "(its geometric closed form is O(m) in memory)"
+        )
+    geometric = Option(
+        mechanism=GEOMETRIC,
+        expected_mse=geometric_mse(m, epsilon, n),
+        epsilon=epsilon,
+        basis=CLOSED_FORM + " (uniform users)",
+        why="each value's estimate reads three neighbouring report counts, so the summed "
+        "error hardly grows with the range; neighbouring values are protected by epsilon, "
+        "values u apart by epsilon * u",
+        hosted=hosted(GEOMETRIC),
+    )
+    oracles = [
+        Option(
+            mechanism=option.mechanism,
+            expected_mse=option.expected_mse,
+            epsilon=option.epsilon,
+            basis=option.basis,
+            why=option.why + "; every pair of values protected by epsilon",
+            hosted=option.hosted,
+            details={"as_labels": True},
+        )
+        for option in rank_categorical(m, epsilon, n)
+        if option.mechanism != RR
+    ]
+    return _sorted([geometric, *oracles])
+
+
+def rank_region(cell_size_m: float, epsilon: float) -> list[Option]:
+    """A region's hosted mechanisms by a proxy: the mean distance of a report from the truth.
+
+    Planar Laplace moves a report by a Gamma(2, 1/epsilon) distance, mean
+    ``2 / epsilon`` metres. The estimate's error depends on the population and
+    the grid; ``ldp-simulate advise --region`` simulates it.
+    """
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
+    options = [
+        Option(
+            mechanism=PLANAR_LAPLACE,
+            expected_mse=None,
+            epsilon=epsilon,
+            basis=PROXY,
+            why="the service's mechanism for locations: nearby places are hard to tell apart, "
+            "far ones need not be",
+            hosted=hosted(PLANAR_LAPLACE),
+            details={"mean_displacement_m": 2.0 / epsilon},
+        )
+    ]
+    if hosted(EXPONENTIAL_GRID):
+        # Two discrete Laplaces per axis at epsilon / sqrt(2) per Manhattan metre: mean
+        # |row step| + |column step| cells.
+        alpha = math.exp(-epsilon / math.sqrt(2) * cell_size_m)
+        step = 2 * alpha / (1 - alpha * alpha)
+        options.append(
+            Option(
+                mechanism=EXPONENTIAL_GRID,
+                expected_mse=None,
+                epsilon=epsilon / math.sqrt(2),
+                basis=PROXY,
+                why="the exponential mechanism over cells (Manhattan)",
+                hosted=True,
+                details={"mean_displacement_m": 2 * step * cell_size_m},
+            )
+        )
+    return sorted(options, key=lambda o: o.details["mean_displacement_m"])
+
+
+def expected_error(spec: CampaignSpec, n: int) -> dict[str, Any] | None:
+    """The advisor's expected error of a campaign's estimate at ``n`` reports (``None`` at 0).
+
+    ``{"expected_mse", "basis"}`` for the categorical and range mechanisms, and
+    for a region the proxy ``{"mean_displacement_m", "basis"}``.
+    """
+    if n < 1:
+        return None
+    if spec.mechanism == PLANAR_LAPLACE:
+        return {"mean_displacement_m": 2.0 / spec.epsilon, "basis": PROXY}
+    if spec.mechanism == GEOMETRIC and spec.lo is not None and spec.hi is not None:
+        mse = geometric_mse(spec.hi - spec.lo + 1, spec.epsilon, n)
+        return {"expected_mse": mse, "basis": CLOSED_FORM + " (uniform users)"}
+    if spec.domain is not None and spec.mechanism in CATEGORICAL_MECHANISMS:
+        mse = oracle_mse(spec.mechanism, len(spec.domain), spec.epsilon, n)
+        return {"expected_mse": mse, "basis": CLOSED_FORM}
+    return None
+
+
+def _advised_ranking(values: dict[str, Any], n: int) -> tuple[list[Option], list[dict[str, Any]]]:
+    """The ranking for a request's domain, and the spec fields of each option (same order)."""
+    forms = [
+        name
+        for name, fields in (
+            ("domain", ("domain",)),
+            ("lo and hi", ("lo", "hi")),
+            ("region with cell_size_m", ("region", "cell_size_m")),
+        )
+        if any(f in values for f in fields)
+    ]
+    if len(forms) != 1:
+        raise SpecError(
+            "give one domain: domain (labels), lo and hi (an integer range), or region with "
+            "cell_size_m" + (f"; got {' and '.join(forms)}" if forms else ""),
+            field="domain",
+        )
+    planar_fields = ("privacy_level", "privacy_radius_m")
+    if forms[0] != "region with cell_size_m":
+        for name in planar_fields:
+            if name in values:
+                raise SpecError(f"{name} applies only to a region", field=name)
+        if "epsilon" not in values:
+            raise SpecError("epsilon is required", field="epsilon")
+        epsilon = values["epsilon"]
+        if epsilon > MAX_EPSILON:
+            raise SpecError(
+                f"epsilon must be at most {MAX_EPSILON}, got {epsilon!r}", field="epsilon"
+            )
+    if forms[0] == "domain":
+        labels = list(values["domain"])
+        ranking = rank_categorical(len(labels), epsilon, n)
+        return ranking, [{"domain": labels} for _ in ranking]
+    if forms[0] == "lo and hi":
+        for name in ("lo", "hi"):
+            if name not in values:
+                raise SpecError(f"{name} is required for a range", field=name)
+        lo, hi = int(values["lo"]), int(values["hi"])
+        if not lo < hi:
+            raise SpecError(f"lo must be below hi, got lo={lo}, hi={hi}", field="lo")
+        if hi - lo + 1 > MAX_RANGE_VALUES:
+            raise SpecError(
+                f"the range [{lo}, {hi}] holds {hi - lo + 1:,} values; at most "
+                f"{MAX_RANGE_VALUES:,} are allowed",
+                field="hi",
+            )
+        ranking = rank_range(lo, hi, epsilon, n)
+        labels = [str(v) for v in range(lo, hi + 1)]
+        fields = [
+            {"lo": lo, "hi": hi} if o.mechanism == GEOMETRIC else {"domain": labels}
+            for o in ranking
+        ]
+        return ranking, fields
+    for name in ("region", "cell_size_m"):
+        if name not in values:
+            raise SpecError(f"{name} is required for a region", field=name)
+    region_fields = {
+        name: values[name]
+        for name in ("region", "cell_size_m", "epsilon", *planar_fields)
+        if name in values
+    }
+    if "epsilon" in values:
+        epsilon = values["epsilon"]
+    elif all(name in values for name in planar_fields):
+        epsilon = values["privacy_level"] / values["privacy_radius_m"]
+    else:
+        raise SpecError(
+            "give epsilon (per metre) or privacy_level with privacy_radius_m", field="epsilon"
+        )
+    ranking = rank_region(values["cell_size_m"], epsilon)
+    return ranking, [region_fields for _ in ranking]
+
+
+def advise_spec(data: Any) -> tuple[CampaignSpec, dict[str, Any]]:
+    """The spec of a campaign created without a mechanism, and the advice behind it.
+
+    ``data`` is a request body of :data:`shared.spec.ADVISED_SCHEMA`. The
+    mechanisms for its domain are ranked at ``expected_users`` (default
+    :data:`shared.spec.DEFAULT_EXPECTED_USERS`) and the first the service hosts
+    whose spec is valid is taken. Raises :class:`SpecError` naming the field.
+    """
+    values = ADVISED_SCHEMA.check(data, None, SpecError)
+    n = int(values.pop("expected_users", DEFAULT_EXPECTED_USERS))
+    common: dict[str, Any] = {
+        name: values.pop(name) for name in ("id", "title", "enrollment_required") if name in values
+    }
+    ranking, fields = _advised_ranking(values, n)
+    first_error: SpecError | None = None
+    for option, extra in zip(ranking, fields, strict=True):
+        if not option.hosted:
+            continue
+        body: dict[str, Any] = {**common, **extra, "mechanism": option.mechanism}
+        if option.mechanism != PLANAR_LAPLACE:
+            body["epsilon"] = option.epsilon
+        try:
+            spec = CampaignSpec.from_dict(body)
+        except SpecError as exc:
+            first_error = first_error or exc
+            continue
+        best = ranking[0]
+        why = f"{option.mechanism}: {option.why}"
+        if option.expected_mse is not None:
+            why += f"; expected squared error {option.expected_mse:.3g} at {n:,} users"
+        if best is not option:
+            why += f"; {best.mechanism} would be better" + (
+                "" if best.hosted else " but this service does not host it yet"
+            )
+        advice = {
+            "chosen": option.mechanism,
+            "why": why,
+            "expected_users": n,
+            "ranking": [o.to_dict() for o in ranking],
+        }
+        return spec, advice
+    if first_error is not None:
+        raise first_error
+    raise SpecError("no mechanism this service hosts fits this domain", field="domain")
