@@ -25,11 +25,16 @@ centres (what planar Laplace gives):
   the two farthest cell centres, ``19 sqrt(2) * 150 = 4,031`` m (the same loss
   as theirs between those two; for every nearer pair k-RR is then less private).
 
+A second table gives the coverage of the default estimate's 95% intervals for the
+three metric mechanisms at ln 2 per 100 m, with the check-ins' cell shares as the truth:
+counts drawn from ``Multinomial(n, p C)``, 10 trials per row, every (trial, cell) pair
+checked, with the trial loop of ``scripts/bench_coverage.py`` (seeds 900-905).
+
 Writes a marked section (``grid-mechanisms``) of docs/mechanisms.md and
 ``docs/grid_mechanisms_sf.png``. Without the data file the comparison is
 skipped with a message. Run from the repository root::
 
-    python scripts/bench_grid_mechanisms.py            # 8 seeds, 5 epsilons (about 3 minutes)
+    python scripts/bench_grid_mechanisms.py            # 8 seeds, 5 epsilons, coverage (6 minutes)
     python scripts/bench_grid_mechanisms.py --quick    # 2 seeds, 2 epsilons, print only
 """
 
@@ -184,6 +189,55 @@ def plot(results: dict[str, dict[float, list[float]]], path: Path) -> Path:
     return path
 
 
+COVERAGE_TRIALS = 10
+COVERAGE_SEED = 900
+
+
+def coverage_table(trials: int = COVERAGE_TRIALS) -> str:
+    """The 95% intervals' coverage on the check-ins' shares, per mechanism and n."""
+    from scripts.bench_coverage import Config
+    from scripts.bench_coverage import run as coverage_run
+
+    grid = Grid(data_region(SF_CSV), CELL_M)
+    truth = Population.from_csv_points(SF_CSV, grid).probabilities
+    epsilon = math.log(2) / 100
+    mechanisms: list[tuple[str, Mechanism]] = [
+        (
+            "exponential_grid euclidean",
+            ExponentialGrid(epsilon=epsilon, grid=grid, metric=EUCLIDEAN),
+        ),
+        (
+            "exponential_grid manhattan",
+            ExponentialGrid(epsilon=epsilon, grid=grid, metric=MANHATTAN),
+        ),
+        ("planar Laplace", PlanarLaplace(epsilon=epsilon, grid=grid)),
+    ]
+    lines = [
+        f"Coverage of the default estimate's 95% intervals (IBU, bootstrap) on the check-ins' "
+        f"shares, ln 2 per 100 m of each metric, {trials} trials of counts drawn from "
+        "Multinomial(n, p C) per row, every (trial, cell) pair checked; large: cells above "
+        "the uniform share 1/400:",
+        "",
+        "| mechanism | n | coverage | large cells | small cells | zero-width |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    index = 0
+    for label, mechanism in mechanisms:
+        for n in (10_000, 100_000):
+            tally = coverage_run(
+                Config("sf", label, mechanism, truth, n), trials, COVERAGE_SEED + index
+            )
+            index += 1
+            large, small = tally.class_coverage("large"), tally.class_coverage("small")
+            row = (
+                f"| {label} | {n:,} | {tally.coverage:.3f} | {large or 0:.3f} | {small or 0:.3f} "
+                f"| {tally.zero_width} |"
+            )
+            print(row)
+            lines.append(row)
+    return "\n".join(lines)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 seeds, 2 epsilons, print only")
@@ -204,6 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     markdown = table(results, users.size, seeds)
     print(markdown)
     if not args.quick:
+        markdown += "\n\n" + coverage_table()
         write_section(SECTION, markdown, path=DOC)
         print(
             f"wrote section {SECTION} of {DOC.relative_to(ROOT)} and {plot(results, PLOT).relative_to(ROOT)}"
