@@ -43,6 +43,31 @@ def manhattan_kernel(step: float, rows: int, cols: int) -> np.ndarray:
     return np.outer(axis(rows), axis(cols))
 
 
+def mean_displacement_cells(step: float, metric: str) -> float:
+    """The mean straight-line distance, in cells, between a report and its true cell on the
+    unbounded lattice (``metric`` ``"manhattan"`` or ``"euclidean"``, ``step = epsilon * cell``).
+
+    Summed over a quadrant out to :func:`lattice_radius` (the mass beyond is negligible);
+    clamping into a grid only moves reports nearer.
+    """
+    if not step > 0:
+        raise ValueError(f"step must be > 0, got {step!r}")
+    radius = lattice_radius(step)
+    j = np.arange(radius + 1, dtype=float)
+    # Offsets (i, j) with i, j >= 0 stand for 4, 2 (on an axis) or 1 (the origin) lattice points.
+    multiplicity_j = np.where(j == 0, 1.0, 2.0)
+    weight_sum = distance_sum = 0.0
+    block = max(1, _BLOCK // (radius + 1))
+    for start in range(0, radius + 1, block):
+        i = np.arange(start, min(start + block, radius + 1), dtype=float)
+        euclidean = np.hypot(i[:, None], j[None, :])
+        score = euclidean if metric == "euclidean" else i[:, None] + j[None, :]
+        weights = np.exp(-step * score) * np.where(i == 0, 1.0, 2.0)[:, None] * multiplicity_j
+        weight_sum += float(weights.sum())
+        distance_sum += float((weights * euclidean).sum())
+    return distance_sum / weight_sum
+
+
 def lattice_radius(step: float) -> int:
     """Cells out to which the lattice is summed for ``step = epsilon * cell_size_m``."""
     return math.ceil(TAIL_RATES / step)

@@ -271,6 +271,13 @@ def test_a_planar_page_gives_the_displacement_proxy(signed_in, planar_campaign):
     assert f"each report moved {metres:,.0f} m on average (proxy" in page
 
 
+def test_an_exponential_grid_page_gives_the_lattice_displacement_proxy(signed_in, admin):
+    assert signed_in.post("/api/v1/campaigns", json=GRID_SPEC, headers=admin).status_code == 201
+    page = signed_in.get(f"/dashboard/campaigns/{GRID_SPEC['id']}").get_data(as_text=True)
+    # Euclidean, 0.005 per metre on 200 m cells (1 per cell): a report moves 1.90 cells.
+    assert "each report moved 380 m on average (proxy" in page
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_estimate_is_the_api_estimate(signed_in, fruit_reports, analyst, method):
     ours = signed_in.get(f"/dashboard/data/campaigns/fruit/estimate?method={method}").get_json()

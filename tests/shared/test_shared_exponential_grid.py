@@ -14,7 +14,7 @@ from shared_stats import GOF_ALPHA, chi_square_gof, small_grid
 from test_shared_exponential_grid_privacy import log_law
 
 from aggregator.estimation.channels import GridKernelChannel, ManhattanKernelChannel, channel_for
-from aggregator.estimation.grid_kernel import euclidean_kernel
+from aggregator.estimation.grid_kernel import euclidean_kernel, mean_displacement_cells
 from aggregator.estimation.ordinal import ManhattanGridChannel
 from shared.mechanisms import INV_SQRT2_BELOW, ROOT_BITS, ExponentialGrid, ceil_root
 from shared.spec import EUCLIDEAN, GRID_METRICS, MANHATTAN
@@ -125,3 +125,18 @@ def test_a_single_row_grid_is_one_axis():
 def test_metric_is_checked():
     with pytest.raises(ValueError, match="metric"):
         ExponentialGrid(epsilon=0.01, grid=small_grid(2, 2, 100.0), metric="chebyshev")
+
+
+@pytest.mark.parametrize("metric", GRID_METRICS)
+@pytest.mark.parametrize("step", [0.05, 0.75, 3.0])
+def test_mean_displacement_is_the_lattice_laws_mean_distance(metric, step):
+    radius = math.ceil(60 / step)
+    offsets = np.arange(-radius, radius + 1)
+    di, dj = np.meshgrid(offsets, offsets, indexing="ij")
+    euclidean = np.hypot(di, dj)
+    score = euclidean if metric == EUCLIDEAN else np.abs(di) + np.abs(dj)
+    weights = np.exp(-step * score)
+    expected = float((weights * euclidean).sum() / weights.sum())
+    assert mean_displacement_cells(step, metric) == pytest.approx(expected, rel=1e-9)
+    if metric == EUCLIDEAN and step == 0.05:
+        assert mean_displacement_cells(step, metric) == pytest.approx(2 / step, rel=0.01)
