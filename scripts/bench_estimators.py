@@ -4,8 +4,10 @@ For every configuration (mechanism, population, epsilon, number of reports)
 and seed, the same noisy reports are estimated three ways:
 
 * the **default** estimate, as the service computes it
-  (``estimators.default_estimator``: IBU with its iteration count chosen by
-  10-fold cross-validation);
+  (``estimators.default_estimator``: for k-RR over three categories or more,
+  empirical Bayes mixed with the raw report shares where its prior is not
+  clearly supported; otherwise IBU with its iteration count chosen by 10-fold
+  cross-validation);
 * the **raw reports**: the report counts normalised to shares, what a
   dashboard would show with no estimation at all;
 * **hindsight-best IBU**: IBU run on the same reports, scored against the
@@ -41,6 +43,7 @@ docs/estimation.md. Run from the repository root::
 
     python scripts/bench_estimators.py            # full run (about 5 minutes on 2 cores)
     python scripts/bench_estimators.py --quick    # 2 seeds, a few configurations, print only
+    python scripts/bench_estimators.py --krr-only # the k-RR and randomized response rows, print only
 """
 
 from __future__ import annotations
@@ -243,7 +246,9 @@ def run_case(case: Case, seeds: Sequence[int]) -> dict:
     return {
         "case": case,
         "metric": "EMD (m)" if case.grid is not None else "TV",
-        "iterations": statistics.median(iterations),
+        "iterations": (
+            statistics.median(iterations) if all(i is not None for i in iterations) else None
+        ),
         "best_median": statistics.median(to_best),
         "best_worst": max(to_best),
         "raw_median": statistics.median(to_raw),
@@ -257,7 +262,7 @@ def run_case(case: Case, seeds: Sequence[int]) -> dict:
 
 def accuracy_table(results: list[dict]) -> str:
     lines = [
-        "| configuration | metric | default: mean error | median iterations "
+        "| configuration | metric | default: mean error | median IBU iterations "
         "| default / hindsight-best IBU: median, worst seed "
         "| default / raw reports: median, worst seed | seeds worse than raw "
         "| mean error, default / raw |",
@@ -269,7 +274,8 @@ def accuracy_table(results: list[dict]) -> str:
             "—" if r["case"].truth.size == 2 else f"{r['best_median']:.3f}, {r['best_worst']:.3f}"
         )
         lines.append(
-            f"| {r['case'].name} | {r['metric']} | {r['default_mean']:.4g} | {r['iterations']:g} "
+            f"| {r['case'].name} | {r['metric']} | {r['default_mean']:.4g} "
+            f"| {'—' if r['iterations'] is None else format(r['iterations'], 'g')} "
             f"| {versus_best} "
             f"| {r['raw_median']:.3f}, {r['raw_worst']:.3f} "
             f"| {r['worse_than_raw']} of {r['seeds']} | {r['mean_vs_raw']:.3f} |"
@@ -287,7 +293,7 @@ def median_seconds(function: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def timing_rows(repeats: int) -> list[tuple[str, int, float, float, str]]:
+def timing_rows(repeats: int) -> list[tuple[str, int | None, float, float, str]]:
     rows = []
     generator = np.random.default_rng(7)
     grid = planar_grid(64 * 50.0, 50.0)
@@ -316,14 +322,15 @@ def timing_rows(repeats: int) -> list[tuple[str, int, float, float, str]]:
     return rows
 
 
-def timing_table(rows: list[tuple[str, int, float, float, str]]) -> str:
+def timing_table(rows: list[tuple[str, int | None, float, float, str]]) -> str:
     lines = [
         "| campaign | IBU iterations chosen | default point estimate (s) "
         "| default estimate with intervals (s) | target |",
         "|---|---|---|---|---|",
     ]
     for label, iterations, point, full, target in rows:
-        lines.append(f"| {label} | {iterations} | {point:.3f} | {full:.3f} | {target} |")
+        chosen = "—" if iterations is None else iterations
+        lines.append(f"| {label} | {chosen} | {point:.3f} | {full:.3f} | {target} |")
     return "\n".join(lines)
 
 
@@ -333,6 +340,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument(
         "--cost-only", action="store_true", help="only the cost table (printed, not written)"
+    )
+    parser.add_argument(
+        "--krr-only",
+        action="store_true",
+        help="only the k-RR and randomized response rows, all seeds (printed, not written)",
     )
     return parser.parse_args(argv)
 
@@ -344,11 +356,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     seeds = SEEDS[:2] if args.quick else SEEDS
     results = []
-    for case in cases(args.quick):
+    selected = cases(args.quick)
+    if args.krr_only:
+        selected = [case for case in selected if isinstance(case.mechanism, KRR)]
+    for case in selected:
         started = time.perf_counter()
         results.append(run_case(case, seeds))
         print(f"{case.name}: {time.perf_counter() - started:.1f} s", file=sys.stderr)
     accuracy = accuracy_table(results)
+    if args.krr_only:
+        print(accuracy)
+        return 0
     timings = timing_table(timing_rows(2 if args.quick else TIMING_REPEATS))
     seed_text = f"seeds {seeds[0]}-{seeds[-1]}"
     markdown = (

@@ -34,7 +34,7 @@ from aggregator.estimation import (
     SingularChannelError,
     channel_for,
 )
-from aggregator.estimation.estimators import default_estimator
+from aggregator.estimation.estimators import cross_validated_ibu
 from shared.mechanisms import GridMechanism, Mechanism
 from shared.spec import CampaignSpec
 from simulate.metrics import Scores, score
@@ -186,7 +186,7 @@ def estimate_methods(
 ) -> dict[str, MethodRun]:
     """Run each method on the report counts; a method the channel does not allow is left out.
 
-    IBU stops by cross-validation (as the service does) unless
+    IBU stops by cross-validation (as the service's IBU does) unless
     ``ibu_iterations`` fixes the number of iterations.
     """
     counts = np.asarray(report_counts, dtype=float)
@@ -199,7 +199,7 @@ def estimate_methods(
             continue
         if method == "ibu":
             if ibu_iterations is None:
-                fitted = default_estimator(channel, seed=seed).fit(counts, channel)
+                fitted = cross_validated_ibu(channel, seed=seed).fit(counts, channel)
             else:
                 fitted = IBU(stopping="tolerance", tol=0.0, seed=seed).fit(
                     counts, channel, n_iter=ibu_iterations

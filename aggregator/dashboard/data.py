@@ -28,7 +28,7 @@ MECHANISM_NAMES = {
     EXPONENTIAL_GRID: "Exponential mechanism on a grid",
 }
 METHOD_NAMES = {
-    "ibu": "IBU (iterative Bayesian update)",
+    "ibu": "Default (IBU or empirical Bayes)",
     "inversion": "Matrix inversion (unbiased)",
     "clip": "Inversion, clipped and renormalised",
     "projection": "Inversion, projected onto the simplex",

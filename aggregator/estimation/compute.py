@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from aggregator.estimation.channels import Channel, channel_for
+from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.estimators import IBU, MatrixInversion, default_estimator
 from aggregator.estimation.intervals import BOOTSTRAP_REPLICATES, confidence_interval
 from shared.mechanisms import Mechanism
@@ -80,8 +81,9 @@ def estimate(
     """Estimate the true distribution from per-output report counts.
 
     ``method`` is one of :data:`METHODS`; ``"ibu"``, the default, is the
-    estimator :func:`estimators.default_estimator` picks for the channel (IBU
-    with a cross-validated number of iterations). ``channel`` may be passed to
+    estimator :func:`estimators.default_estimator` picks for the channel
+    (empirical Bayes for k-RR over three categories or more, else IBU with a
+    cross-validated number of iterations). ``channel`` may be passed to
     reuse an operator across calls (the planar kernel is the costly part to
     build). The work is charged to the current thread's budget
     (:mod:`aggregator.estimation.budget`).
@@ -93,18 +95,25 @@ def estimate(
     started = time.perf_counter()
     channel = channel if channel is not None else channel_for(mechanism)
     counts = np.asarray(counts, dtype=float)
-    fitted: IBU | MatrixInversion
+    fitted: IBU | KRREmpiricalBayes | MatrixInversion
     if method == "ibu":
         fitted = default_estimator(channel, seed=seed).fit(counts, channel)
         estimator = fitted.describe()
         warnings = tuple(fitted.warnings_)
-        n_iter = fitted.n_iter_
-        replay = IBU(stopping="tolerance", seed=seed)
+        details: dict[str, Any] = {}
+        if isinstance(fitted, KRREmpiricalBayes):
+            # k-RR's intervals do not depend on the estimator: this is never called for them.
+            def refit(redrawn: np.ndarray) -> np.ndarray:
+                return default_estimator(channel).fit(redrawn, channel).frequencies_
 
-        def refit(redrawn: np.ndarray) -> np.ndarray:
-            return replay.fit(redrawn, channel, n_iter=n_iter).frequencies_
+        else:
+            n_iter = fitted.n_iter_
+            replay = IBU(stopping="tolerance", seed=seed)
 
-        details: dict[str, Any] = {"stopping": "cross-validated held-out likelihood"}
+            def refit(redrawn: np.ndarray) -> np.ndarray:
+                return replay.fit(redrawn, channel, n_iter=n_iter).frequencies_
+
+            details["stopping"] = "cross-validated held-out likelihood"
     else:
         postprocess = {"inversion": "none", "clip": "clip", "projection": "projection"}[method]
         fitted = MatrixInversion(postprocess=postprocess).fit(counts, channel)

@@ -20,6 +20,7 @@ import numpy as np
 
 from aggregator.estimation import budget
 from aggregator.estimation.channels import KRRChannel
+from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 
 POSTPROCESS = ("none", "clip", "projection")
 STOPPING = ("cv", "tolerance")
@@ -27,8 +28,12 @@ DEFAULT_FOLDS = 10
 # The cross-validation follows its curves until the best score is this old (iterations).
 PATIENCE_MIN = 20
 PATIENCE_FRACTION = 0.25
-# k-RR's default takes the smallest iteration count within this many standard errors.
+# Randomized response's default takes the smallest iteration count within this many standard
+# errors.
 KRR_SE_RULE = 0.5
+# k-RR's default (k >= 3): the raw report shares up to this log-likelihood gain of the fitted
+# prior over equal shares, the posterior means from the second value on, linear between.
+KRR_BLEND = (5.0, 15.0)
 # IBU steps run between two budget checks.
 CHUNK_STEPS = 32
 
@@ -400,13 +405,24 @@ def _paired_se(differences: np.ndarray) -> float:
     return float(np.sqrt(differences.size * np.var(differences, ddof=1)))
 
 
-def default_estimator(channel, *, seed: int = 0) -> IBU:
+def default_estimator(channel, *, seed: int = 0) -> IBU | KRREmpiricalBayes:
     """The estimator the service uses by default for ``channel`` (see docs/estimation.md).
 
-    IBU with its iteration count chosen by 10-fold cross-validation; for k-RR
-    the smallest count within half a standard error of the best, because with
-    few reports per category the held-out score is flat and noisy and the
-    best-scoring count often overfits.
+    k-RR over three categories or more: empirical Bayes (posterior means under a
+    nonparametric prior fitted to the counts), with the raw report shares mixed in
+    where that prior is not clearly more likely than equal shares
+    (:data:`KRR_BLEND`). Otherwise IBU with its iteration count chosen by 10-fold
+    cross-validation; for randomized response the smallest count within half a
+    standard error of the best, because the held-out score is flat and noisy where
+    the reports carry little signal and the best-scoring count often overfits.
     """
+    if isinstance(channel, KRRChannel) and channel.n_inputs > 2:
+        return KRREmpiricalBayes(blend=KRR_BLEND)
+    return cross_validated_ibu(channel, seed=seed)
+
+
+def cross_validated_ibu(channel, *, seed: int = 0) -> IBU:
+    """IBU stopped by 10-fold cross-validation, as the default runs it (for k-RR and randomized
+    response, the smallest iteration count within half a standard error of the best)."""
     se_rule = KRR_SE_RULE if isinstance(channel, KRRChannel) else 0.0
     return IBU(seed=seed, folds=DEFAULT_FOLDS, se_rule=se_rule)

@@ -469,8 +469,9 @@
       return;
     }
     showMessage(null);
+    // No iteration count: a closed-form inversion, or k-RR's empirical Bayes default (no IBU).
     var iterations = estimate.n_iter === null || estimate.n_iter === undefined
-      ? "closed form"
+      ? (estimate.method === "ibu" ? "none (empirical Bayes)" : "closed form")
       : estimate.n_iter + (estimate.converged === false ? " (not converged)" : "");
     setText("estimate-iterations", iterations);
     var ms = estimate.seconds * 1000;
