@@ -6,7 +6,8 @@ report, on the 20 x 20 grid of 150 m cells over the 3 km square around them
 same users report through each mechanism (the vectorised samplers of
 :mod:`simulate.sampling`, the same laws as the devices'), the service's default
 estimator for that mechanism (``estimators.default_estimator``: IBU with its
-iteration count chosen by 10-fold cross-validation) estimates the distribution,
+iteration count chosen by 10-fold cross-validation for the metric mechanisms,
+empirical Bayes mixed with the raw shares for k-RR) estimates the distribution,
 and the error is the earth mover's distance in metres to the distribution of the
 users drawn.
 
@@ -151,7 +152,8 @@ def table(results: dict[str, dict[float, list[float]]], n_users: int, seeds: Seq
         f"eps = {e:g}" for e in epsilons
     )
     lines = [
-        f"EMD (metres) of the default estimate (cross-validated IBU) to the {n_users:,} check-ins' "
+        f"EMD (metres) of the default estimate (cross-validated IBU; k-RR: empirical Bayes) to "
+        f"the {n_users:,} check-ins' "
         f"distribution on 20 x 20 cells of 150 m: median over seeds {seeds[0]}-{seeds[-1]} "
         "(smallest-largest).",
         "",
