@@ -231,8 +231,8 @@ def report(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Answer CAMPAIGN with VALUE (a label, or an integer of a range), or with --lat/--lon for
-    a location."""
+    """Answer CAMPAIGN with VALUE (a label, or an integer of a range or of a domain size), or
+    with --lat/--lon for a location."""
     if (lat is None) != (lon is None):
         raise click.UsageError("--lat and --lon go together")
     if lat is not None and value is not None:

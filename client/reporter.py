@@ -185,11 +185,12 @@ class Reporter:
     def report(self, campaign_id: str, value: Any, *, dry_run: bool = False) -> ReportResult:
         """Perturb ``value`` on the device and send the noisy report.
 
-        ``value`` is a label for ``rr``/``krr`` campaigns, an integer of the
+        ``value`` is a label for ``rr``/``krr`` campaigns (and ``olh`` or
+        ``hadamard_response`` ones with a domain of labels), an integer of the
         range (or its decimal text, as typed on a command line) for ``geometric``
-        ones and ``{"lat", "lon"}`` (or a ``(lat, lon)`` pair) for location
-        campaigns. With ``dry_run``
-        every check runs and the exact payload is returned, but nothing is
+        ones and of ``0 .. domain_size - 1`` for ``olh`` or ``hadamard_response``
+        ones with a domain size, and ``{"lat", "lon"}`` (or a ``(lat, lon)`` pair)
+        for location campaigns. With ``dry_run`` every check runs and the exact payload is returned, but nothing is
         written (beyond creating the user secret) and nothing is sent; the
         real report carries a fresh ``report_id``.
 
@@ -276,7 +277,8 @@ class Reporter:
         cost = self.ledger.cost(spec)
         extra = self._extra_fields(spec)
         mechanism = Mechanism.from_spec(spec)
-        if isinstance(mechanism, Geometric) and isinstance(value, str):
+        integers = isinstance(mechanism, Geometric) or spec.domain_size is not None
+        if integers and isinstance(value, str):
             value = _integer_text(value)
         try:
             index = mechanism.encode(value)
@@ -336,6 +338,8 @@ class Reporter:
             )
         if spec.lo is not None:
             return f"(range: the integers {spec.lo} to {spec.hi})"
+        if spec.domain_size is not None:
+            return f"(values: the integers 0 to {spec.domain_size - 1})"
         labels = spec.domain or ()
         shown = ", ".join(labels[:_LABELS_SHOWN])
         more = f", ... ({len(labels)} labels)" if len(labels) > _LABELS_SHOWN else ""

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, ClassVar
 
+from shared.domain import Domain
 from shared.errors import ReportError
 from shared.exactness import WEIGHT_UNIT, check_planar_epsilon, krr_weights
 from shared.geo import Grid
@@ -39,7 +40,9 @@ from shared.spec import EXPONENTIAL_GRID as EXPONENTIAL_GRID  # re-exported: the
 from shared.spec import (
     GEOMETRIC,
     GRID_METRICS,
+    HADAMARD_RESPONSE,
     MANHATTAN,
+    OLH_NAME,
     PLANAR_LAPLACE,
     RR,
     RR_DEFAULT_DOMAIN,
@@ -98,6 +101,12 @@ class Mechanism(ABC):
             if spec.lo is None or spec.hi is None:
                 raise ValueError(f"campaign {spec.id!r} (geometric) has no range")
             return Geometric(epsilon=spec.epsilon, lo=spec.lo, hi=spec.hi)
+        if spec.mechanism in (HADAMARD_RESPONSE, OLH_NAME):
+            # The large-domain oracles build on this module's base class.
+            from shared.oracles import OLH
+
+            oracle = HadamardResponse if spec.mechanism == HADAMARD_RESPONSE else OLH
+            return oracle(epsilon=spec.epsilon, domain=spec.domain, domain_size=spec.domain_size)
         if spec.domain is None:
             raise ValueError(f"campaign {spec.id!r} ({spec.mechanism}) has no domain")
         if spec.mechanism == RR:
@@ -525,9 +534,6 @@ class ExponentialGrid(GridMechanism):
         return row * self.grid.cols + col
 
 
-HADAMARD_RESPONSE = "hadamard_response"
-
-
 class HadamardResponse(Mechanism):
     r"""Hadamard response over a large set of labels (Acharya, Sun and Zhang, AISTATS 2019).
 
@@ -541,6 +547,9 @@ class HadamardResponse(Mechanism):
     integer below ``K`` (``log2 K`` bits), and the server inverts the channel with
     one fast Walsh-Hadamard transform, O(K log K), whatever the number of users.
 
+    The values are labels (``domain``) or the integers ``0 .. K - 1``
+    (``domain_size``, :class:`shared.domain.Domain`).
+
     The side is drawn with integer weights exactly as binary randomized
     response's (``keep / unit <= e^epsilon``, :func:`shared.exactness.krr_weights`);
     the output within the half by rejection on uniform integers (each try lands
@@ -549,23 +558,27 @@ class HadamardResponse(Mechanism):
 
     name = HADAMARD_RESPONSE
 
-    def __init__(self, *, epsilon: float, domain: Sequence[str]):
+    def __init__(
+        self,
+        *,
+        epsilon: float,
+        domain: Sequence[str] | None = None,
+        domain_size: int | None = None,
+    ):
         self.epsilon = positive_finite(epsilon, "epsilon")
-        labels = tuple(domain)
-        if any(not isinstance(label, str) for label in labels):
-            raise TypeError("domain labels must be strings")
-        if len(labels) < 2 or len(set(labels)) != len(labels):
-            raise ValueError(f"domain must have at least 2 distinct labels, got {len(labels)}")
-        self.domain = labels
-        self._index = {label: i for i, label in enumerate(labels)}
+        self.values = Domain(labels=domain, size=domain_size)
         self.unit_weight = WEIGHT_UNIT
         self.keep_weight = krr_weights(self.epsilon, 2)
         self.total_weight = self.keep_weight + self.unit_weight
-        self.size = 1 << len(labels).bit_length()  # K: a power of two above k
+        self.size = 1 << self.values.size.bit_length()  # K: a power of two above k
+
+    @property
+    def domain(self) -> tuple[str, ...] | None:
+        return self.values.labels
 
     @property
     def k(self) -> int:
-        return len(self.domain)
+        return self.values.size
 
     @property
     def n_inputs(self) -> int:
@@ -581,9 +594,7 @@ class HadamardResponse(Mechanism):
         return self.keep_weight / self.total_weight
 
     def encode(self, value: Any) -> int:
-        if not isinstance(value, str) or value not in self._index:
-            raise ReportError("the value is not one of the campaign's labels", field="value")
-        return self._index[value]
+        return self.values.index(value)
 
     def perturb_index(self, x: int, rng: RandomSource) -> int:
         inside = randbelow(rng, self.total_weight) < self.keep_weight

@@ -27,7 +27,13 @@ KRR = "krr"
 PLANAR_LAPLACE = "planar_laplace"
 GEOMETRIC = "geometric"
 EXPONENTIAL_GRID = "exponential_grid"
-MECHANISMS = (RR, KRR, PLANAR_LAPLACE, GEOMETRIC, EXPONENTIAL_GRID)
+HADAMARD_RESPONSE = "hadamard_response"
+OLH_NAME = "olh"
+# Optimized unary encoding: simulated and compared, never collected (a report is k bits).
+OUE_NAME = "oue"
+MECHANISMS = (RR, KRR, PLANAR_LAPLACE, GEOMETRIC, EXPONENTIAL_GRID, HADAMARD_RESPONSE, OLH_NAME)
+# The large-domain frequency oracles: a domain of labels or a domain size.
+ORACLES = (HADAMARD_RESPONSE, OLH_NAME)
 # The mechanisms whose values and reports are the cells of a report grid.
 GRID_MECHANISMS = (PLANAR_LAPLACE, EXPONENTIAL_GRID)
 MANHATTAN = "manhattan"
@@ -61,6 +67,8 @@ MAX_GEOMETRIC_EPSILON = 10.0
 # to 46 / (epsilon * cell_size_m) cells (4,600 at the minimum).
 MIN_GRID_STEP_EPSILON = 0.01
 MAX_GRID_STEP_EPSILON = 10.0
+# A frequency oracle's values given by number (the integers 0 .. K - 1): up to a million.
+MAX_DOMAIN_SIZE = 1_000_000
 
 # The fields of a spec, each described once: the parsing below checks values with these
 # descriptors and the server's OpenAPI document is generated from them.
@@ -132,6 +140,13 @@ _BOUND = Number(
     maximum=MAX_BOUND,
     description=f"lo < hi, at most {MAX_RANGE_VALUES:,} values from lo to hi inclusive",
 )
+_DOMAIN_SIZE = Number(
+    integer=True,
+    minimum=MIN_DOMAIN,
+    maximum=MAX_DOMAIN_SIZE,
+    description="K: the values are the integers 0 .. K - 1 (instead of a domain of labels)",
+)
+_ORACLE_LABELS = replace(_LABELS, description="or give domain_size")
 MECHANISM = String(enum=MECHANISMS)
 _COMMON: dict[str, Descriptor] = {
     "id": CAMPAIGN_ID,
@@ -198,6 +213,31 @@ SPEC_SCHEMAS = {
         description="The geometric mechanism (discrete Laplace) on the integers lo..hi, "
         "clamped at the ends",
     ),
+    **{
+        name: Object(
+            {
+                **_COMMON,
+                "mechanism": String(enum=(name,)),
+                "epsilon": _CATEGORICAL_EPSILON,
+                "domain": _ORACLE_LABELS,
+                "domain_size": _DOMAIN_SIZE,
+            },
+            required=("id", "title", "mechanism", "epsilon"),
+            description=description,
+        )
+        for name, description in (
+            (
+                HADAMARD_RESPONSE,
+                "Hadamard response over a large domain: labels (domain) or the integers "
+                "0 .. domain_size - 1",
+            ),
+            (
+                OLH_NAME,
+                "Optimized local hashing over a large domain: labels (domain) or the integers "
+                "0 .. domain_size - 1",
+            ),
+        )
+    },
 }
 
 # A campaign created without a mechanism: the server ranks the mechanisms it hosts for the
@@ -272,6 +312,7 @@ class CampaignSpec:
     lo: int | None = None
     hi: int | None = None
     metric: str | None = None
+    domain_size: int | None = None
     enrollment_required: bool = False
 
     @classmethod
@@ -292,6 +333,12 @@ class CampaignSpec:
             if required not in data:
                 raise SpecError(f"{required} is required", field=required)
         campaign_id = CAMPAIGN_ID.check(data["id"], "id", SpecError)
+        if data["mechanism"] == OUE_NAME:
+            raise SpecError(
+                "oue is not collected by this service: its report is one bit per value of the "
+                "domain; use olh, which has the same variance and sends one integer per report",
+                field="mechanism",
+            )
         mechanism = MECHANISM.check(data["mechanism"], "mechanism", SpecError)
         title = _TITLE.check(data["title"], "title", SpecError)
         enrollment = _ENROLLMENT_REQUIRED.check(
@@ -304,6 +351,12 @@ class CampaignSpec:
                     raise SpecError(f"{field} applies only to geometric", field=field)
         if mechanism != EXPONENTIAL_GRID and "metric" in data:
             raise SpecError("metric applies only to exponential_grid", field="metric")
+        if mechanism not in ORACLES and "domain_size" in data:
+            raise SpecError(
+                f"domain_size applies only to {' and '.join(ORACLES)}", field="domain_size"
+            )
+        if mechanism in ORACLES:
+            return cls._oracle_from_dict(data, mechanism, common)
         if mechanism in GRID_MECHANISMS:
             return cls._planar_from_dict(data, mechanism, common, stored=stored)
         if mechanism == GEOMETRIC:
@@ -330,6 +383,36 @@ class CampaignSpec:
                 field="hi",
             )
         return cls(mechanism=GEOMETRIC, epsilon=epsilon, lo=lo, hi=hi, **common)
+
+    @classmethod
+    def _oracle_from_dict(
+        cls, data: dict[str, Any], mechanism: str, common: dict[str, Any]
+    ) -> CampaignSpec:
+        for field in _PLANAR_ONLY:
+            if field in data:
+                raise SpecError(
+                    f"{field} applies only to planar_laplace and exponential_grid", field=field
+                )
+        if "epsilon" not in data:
+            raise SpecError("epsilon is required", field="epsilon")
+        epsilon = _CATEGORICAL_EPSILON.check(data["epsilon"], "epsilon", SpecError)
+        if ("domain" in data) == ("domain_size" in data):
+            raise SpecError(
+                f"{mechanism} takes either domain (at most {MAX_DOMAIN:,} labels) or domain_size "
+                f"(the integers 0 .. K - 1, K at most {MAX_DOMAIN_SIZE:,}), exactly one of them",
+                field="domain",
+            )
+        domain: tuple[str, ...] | None = None
+        size: int | None = None
+        if "domain" in data:
+            domain = tuple(_ORACLE_LABELS.check(data["domain"], "domain", SpecError))
+        else:
+            size = int(_DOMAIN_SIZE.check(data["domain_size"], "domain_size", SpecError))
+        try:
+            krr_weights(epsilon, 2)
+        except ValueError as exc:
+            raise SpecError(str(exc), field="epsilon") from None
+        return cls(mechanism=mechanism, epsilon=epsilon, domain=domain, domain_size=size, **common)
 
     @classmethod
     def _categorical_from_dict(
@@ -487,6 +570,8 @@ class CampaignSpec:
         if self.lo is not None:
             out["lo"] = self.lo
             out["hi"] = self.hi
+        if self.domain_size is not None:
+            out["domain_size"] = self.domain_size
         if self.enrollment_required:
             out["enrollment_required"] = True
         return out

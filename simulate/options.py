@@ -19,8 +19,11 @@ from shared.spec import (
     EXPONENTIAL_GRID,
     GEOMETRIC,
     GRID_METRICS,
+    HADAMARD_RESPONSE,
     KRR,
     MANHATTAN,
+    OLH_NAME,
+    OUE_NAME,
     PLANAR_LAPLACE,
     RR,
     CampaignSpec,
@@ -35,7 +38,12 @@ DEFAULT_EPSILONS = {
     PLANAR_LAPLACE: "0.005,0.01,0.02",
     GEOMETRIC: "0.1,0.25,0.5,1",
     EXPONENTIAL_GRID: "0.005,0.01,0.02",
+    OLH_NAME: "0.5,1,2,4",
+    OUE_NAME: "0.5,1,2,4",
+    HADAMARD_RESPONSE: "0.5,1,2,4",
 }
+# Large-domain frequency oracles: the population's k categories are the integers 0 .. k - 1.
+ORACLE_MECHANISMS = (OLH_NAME, OUE_NAME, HADAMARD_RESPONSE)
 DEFAULT_NS = "1000,10000,100000"
 _LN = re.compile(r"^ln\(\s*([^()]+?)\s*\)\s*(?:/\s*(.+))?$")
 
@@ -213,11 +221,15 @@ population_options = option_group(
     ),
     click.option(
         "--mechanism",
-        type=click.Choice((KRR, RR, PLANAR_LAPLACE, GEOMETRIC, EXPONENTIAL_GRID)),
+        type=click.Choice(
+            (KRR, RR, PLANAR_LAPLACE, GEOMETRIC, EXPONENTIAL_GRID, *ORACLE_MECHANISMS)
+        ),
         help="Default: planar_laplace for locations, krr for categories. krr on a location "
         "population uses the grid cells as its domain; geometric takes the k categories as "
         "the integers --lo .. --lo + k - 1; exponential_grid takes a location population "
-        "and --metric.",
+        "and --metric; olh, oue and hadamard_response take them as the "
+        "integers 0 .. k - 1 (domain_size k; oue is simulated in process only, the service does "
+        "not collect it).",
     ),
     click.option(
         "--metric",

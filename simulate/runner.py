@@ -34,12 +34,18 @@ from aggregator.estimation import (
     SingularChannelError,
     channel_for,
 )
-from aggregator.estimation.estimators import cross_validated_ibu
+from aggregator.estimation.estimators import (
+    clip_and_normalise,
+    cross_validated_ibu,
+    project_to_simplex,
+)
+from aggregator.estimation.oracles import oue_estimate
 from shared.mechanisms import GridMechanism, Mechanism
-from shared.spec import CampaignSpec
+from shared.oracles import OUE
+from shared.spec import OUE_NAME, CampaignSpec
 from simulate.metrics import Scores, score
 from simulate.populations import DEFAULT_CHUNK, Population, PopulationError
-from simulate.sampling import sample
+from simulate.sampling import oue_ones, sample
 
 NOISY = "noisy"
 # "noisy" is the report histogram taken as it is: the baseline every estimator should beat.
@@ -124,7 +130,37 @@ def _disabled(progress: bool | None) -> bool | None:
     return None if progress is None else not progress
 
 
-def check_compatible(population: Population, mechanism: Mechanism) -> None:
+def simulated_mechanism(spec: CampaignSpec) -> Mechanism | OUE:
+    """The mechanism of a spec; ``oue``, which the service does not collect, included."""
+    if spec.mechanism == OUE_NAME:
+        return OUE(epsilon=spec.epsilon, domain=spec.domain, domain_size=spec.domain_size)
+    return Mechanism.from_spec(spec)
+
+
+def oue_runs(
+    ones: np.ndarray, n: int, mechanism: OUE, methods: Sequence[str]
+) -> dict[str, MethodRun]:
+    """OUE's estimates from its per-bit counts: the unbiased one and its post-processings
+    (IBU needs a channel with one output per report, which OUE has not: it is left out)."""
+    started = time.perf_counter()
+    unbiased, _ = oue_estimate(mechanism, ones, n)
+    runs: dict[str, MethodRun] = {}
+    for method in methods:
+        if method == NOISY:
+            frequencies = np.asarray(ones, dtype=float) / max(float(np.sum(ones)), 1.0)
+        elif method == "projection":
+            frequencies = project_to_simplex(unbiased)
+        elif method == "clip":
+            frequencies = clip_and_normalise(unbiased)
+        elif method == "inversion":
+            frequencies = unbiased
+        else:
+            continue
+        runs[method] = MethodRun(method, frequencies, time.perf_counter() - started)
+    return runs
+
+
+def check_compatible(population: Population, mechanism: Mechanism | OUE) -> None:
     """The population's inputs must be the mechanism's (same labels, or same grid)."""
     if isinstance(mechanism, GridMechanism):
         grid = population.grid
@@ -148,7 +184,7 @@ def check_compatible(population: Population, mechanism: Mechanism) -> None:
 
 def perturb(
     population: Population,
-    mechanism: Mechanism,
+    mechanism: Mechanism | OUE,
     n: int | None,
     users: np.random.Generator,
     noise: np.random.Generator,
@@ -156,8 +192,15 @@ def perturb(
     chunk_size: int = DEFAULT_CHUNK,
     progress: bool | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Counts of true values and of reports for ``n`` simulated users (vectorised, chunked)."""
+    """Counts of true values and of reports for ``n`` simulated users (vectorised, chunked).
+
+    For OUE the report counts are per bit: how many reports have each bit set.
+    """
     true_counts = np.zeros(population.size, dtype=np.int64)
+    if isinstance(mechanism, OUE):
+        for chunk in population.index_chunks(n, users, chunk_size):
+            true_counts += np.bincount(chunk, minlength=population.size)
+        return true_counts, oue_ones(mechanism, true_counts, noise)
     report_counts = np.zeros(mechanism.n_outputs, dtype=np.int64)
     total = n if n is not None else population.n_rows
     chunks = population.index_chunks(n, users, chunk_size)
@@ -195,6 +238,8 @@ def estimate_methods(
         started = time.perf_counter()
         fitted: IBU | MatrixInversion
         if method == NOISY:
+            if channel.n_outputs != channel.n_inputs:
+                continue  # reports are not values (OLH, Hadamard response): no raw histogram
             runs[method] = MethodRun(method, counts / counts.sum(), time.perf_counter() - started)
             continue
         if method == "ibu":
@@ -252,7 +297,7 @@ def simulate(
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    mechanisms = [Mechanism.from_spec(spec) for spec in specs]
+    mechanisms = [simulated_mechanism(spec) for spec in specs]
     for mechanism in mechanisms:
         check_compatible(population, mechanism)
     result = SimulationResult(population)
@@ -265,7 +310,7 @@ def simulate(
         disable=True if total <= 1 else _disabled(progress),
     ) as bar:
         for spec_index, (spec, mechanism) in enumerate(zip(specs, mechanisms, strict=True)):
-            channel = channel_for(mechanism)
+            channel = None if isinstance(mechanism, OUE) else channel_for(mechanism)
             for n in ns:
                 n_key = 0 if n is None else int(n)
                 trials: dict[str, list[Scores]] = {m: [] for m in methods}
@@ -286,13 +331,17 @@ def simulate(
                     )
                     n_users = int(true_counts.sum())
                     truth = true_counts / n_users
-                    runs = estimate_methods(
-                        report_counts,
-                        channel,
-                        methods,
-                        seed=seed + repeat,
-                        ibu_iterations=ibu_iterations,
-                    )
+                    if isinstance(mechanism, OUE):
+                        runs = oue_runs(report_counts, n_users, mechanism, methods)
+                    else:
+                        assert channel is not None
+                        runs = estimate_methods(
+                            report_counts,
+                            channel,
+                            methods,
+                            seed=seed + repeat,
+                            ibu_iterations=ibu_iterations,
+                        )
                     for method, run in runs.items():
                         trials[method].append(score(truth, run.frequencies, grid))
                         seconds[method].append(run.seconds)

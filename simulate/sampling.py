@@ -21,6 +21,7 @@ from shared.mechanisms import (
     Mechanism,
     PlanarLaplace,
 )
+from shared.oracles import OLH, OUE
 from shared.spec import MANHATTAN
 
 
@@ -134,3 +135,38 @@ def _hadamard(
     wrong = parity != inside
     y[wrong] ^= row[wrong] & -row[wrong]
     return y
+
+
+@sample.register
+def _olh(mechanism: OLH, x: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+    x = np.asarray(x, dtype=np.int64)
+    g = mechanism.g
+    seed = generator.integers(0, mechanism.pool_size, size=x.shape, dtype=np.int64)
+    pool = np.array(mechanism.pool, dtype=np.uint64).reshape(-1, 2)
+    hashed = olh_buckets_per_seed(pool[seed, 0], pool[seed, 1], x.astype(np.uint64), g)
+    keep = generator.random(x.shape) < mechanism.p_keep
+    other = generator.integers(0, g - 1, size=x.shape, dtype=np.int64)
+    other += other >= hashed
+    return seed * g + np.where(keep, hashed, other)
+
+
+def olh_buckets_per_seed(
+    multipliers: np.ndarray, offsets: np.ndarray, values: np.ndarray, g: int
+) -> np.ndarray:
+    """``H_{s_i}(x_i)`` elementwise, for arrays of hash parameters and values (uint64)."""
+    work = multipliers * values + offsets
+    work >>= np.uint64(32)
+    work *= np.uint64(g)
+    work >>= np.uint64(32)
+    return work.astype(np.int64)
+
+
+def oue_ones(mechanism: OUE, true_counts: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+    """Per bit, the number of OUE reports with that bit set, for ``true_counts[x]`` users of
+    value ``x``: ``Binomial(n_x, 1/2) + Binomial(n - n_x, q)``, exactly the law of the sum of
+    the users' independent bits, in O(k)."""
+    true_counts = np.asarray(true_counts, dtype=np.int64)
+    n = int(true_counts.sum())
+    own = generator.binomial(true_counts, mechanism.p)
+    others = generator.binomial(n - true_counts, mechanism.q)
+    return own + others

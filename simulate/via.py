@@ -43,7 +43,7 @@ import requests
 from tqdm.auto import tqdm
 
 from aggregator.estimation import METHODS, channel_for
-from aggregator.http.estimates import output_labels
+from aggregator.http.estimates import is_oracle, output_labels, value_labels
 from client import Policy, Reporter, ServerUnavailable
 from client.policy import DEFAULT_MAX_EPSILON, DEFAULT_TOTAL_BUDGET
 from client.reporter import DELIVERED, DUPLICATE, QUEUED
@@ -232,7 +232,20 @@ def ensure_campaign(api: ServerAPI, spec: CampaignSpec | str) -> tuple[CampaignS
 
 
 def vector_from_estimate(body: dict[str, Any], mechanism: Mechanism) -> np.ndarray:
-    """The estimate response's frequencies in input-index order (matched by label)."""
+    """The estimate response's frequencies in input-index order (matched by label).
+
+    An oracle's estimate (OLH, Hadamard response) lists its top values only: the
+    others are taken as 0 (their total is the response's ``rows.rest_frequency``).
+    """
+    if is_oracle(mechanism):
+        position = {label: i for i, label in enumerate(value_labels(mechanism))}  # type: ignore[arg-type]  # an oracle
+        vector = np.zeros(len(position))
+        for entry in body.get("estimates") or []:
+            label = entry.get("label") if isinstance(entry, dict) else None
+            if label not in position:
+                raise SimulationError("the server's estimate names an unknown value")
+            vector[position[label]] = float(entry["frequency"])
+        return vector
     labels = output_labels(mechanism)
     position = {label: i for i, label in enumerate(labels)}
     vector = np.zeros(len(labels))
@@ -479,7 +492,9 @@ def _score_server(
     grid = population.grid
     counts = api.counts(result.campaign_id)
     report_counts = _vector_from_counts(counts, mechanism)
-    estimates = {NOISY: report_counts / report_counts.sum()}
+    estimates = {}
+    if mechanism.n_outputs == mechanism.n_inputs:  # reports are values: the raw histogram
+        estimates[NOISY] = report_counts / report_counts.sum()
     responses = {}
     for method in methods:
         body = api.estimate(result.campaign_id, method)

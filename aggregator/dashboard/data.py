@@ -18,7 +18,15 @@ from typing import Any
 
 from aggregator.estimation.advice import expected_error
 from aggregator.storage.store import Campaign, CampaignStore
-from shared.spec import EXPONENTIAL_GRID, GEOMETRIC, GRID_MECHANISMS, PLANAR_LAPLACE, CampaignSpec
+from shared.spec import (
+    EXPONENTIAL_GRID,
+    GEOMETRIC,
+    GRID_MECHANISMS,
+    HADAMARD_RESPONSE,
+    OLH_NAME,
+    PLANAR_LAPLACE,
+    CampaignSpec,
+)
 
 MECHANISM_NAMES = {
     "rr": "Randomized response",
@@ -26,6 +34,8 @@ MECHANISM_NAMES = {
     PLANAR_LAPLACE: "Planar Laplace",
     GEOMETRIC: "Geometric (discrete Laplace)",
     EXPONENTIAL_GRID: "Exponential mechanism on a grid",
+    HADAMARD_RESPONSE: "Hadamard response",
+    OLH_NAME: "Optimized local hashing (OLH)",
 }
 METHOD_NAMES = {
     "ibu": "Default (IBU or empirical Bayes)",

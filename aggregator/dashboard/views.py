@@ -150,10 +150,12 @@ def campaign_page(campaign_id: str) -> Any:
         ordinal=ordinal,
         grid=spec.grid if planar else None,
         value_range=(spec.lo, spec.hi) if ordinal else None,
-        domain_size=None if planar or ordinal else len(spec.domain or ()),
+        domain_size=None if planar or ordinal else spec.domain_size or len(spec.domain or ()),
         expected_error=data.expected_error_at(campaign),
         methods=[(m, data.METHOD_NAMES.get(m, m)) for m in METHODS],
-        default_method=estimates.DEFAULT_METHOD,
+        default_method=estimates.default_method(campaign.mechanism),
+        # An oracle's estimate lists its top values only (estimates.ORACLE_TOP_ROWS).
+        listed_rows=estimates.ORACLE_TOP_ROWS if estimates.is_oracle(campaign.mechanism) else None,
         refresh_s=current_settings().dashboard_refresh_s,
     )
 
@@ -161,13 +163,14 @@ def campaign_page(campaign_id: str) -> Any:
 # -- data for the pages --------------------------------------------------------------------
 
 
-def _estimate_args() -> tuple[str, float]:
+def _estimate_args(campaign: Campaign) -> tuple[str, float]:
     unknown = sorted(set(flask.request.args) - {"method", "confidence"})
     if unknown:
         raise ValidationError(
             f"unknown parameter {unknown[0]!r}", field=unknown[0], code="invalid_parameter"
         )
-    method = estimates.parse_method(flask.request.args.get("method", estimates.DEFAULT_METHOD))
+    default = estimates.default_method(campaign.mechanism)
+    method = estimates.parse_method(flask.request.args.get("method", default))
     return method, estimates.parse_confidence(flask.request.args.get("confidence"))
 
 
@@ -181,8 +184,8 @@ def campaign_summary(campaign_id: str) -> flask.Response:
 @bp.get("/data/campaigns/<campaign_id>/estimate")
 @data_login_required
 def campaign_estimate(campaign_id: str) -> flask.Response:
-    method, confidence = _estimate_args()
     campaign = load_campaign(campaign_id)
+    method, confidence = _estimate_args(campaign)
     body, _ = bounded_estimate(campaign, method, confidence)
     return flask.jsonify(data.estimate_payload(get_store(), campaign, body))
 
@@ -191,8 +194,8 @@ def campaign_estimate(campaign_id: str) -> flask.Response:
 @data_login_required
 def download_estimate(campaign_id: str, fmt: str) -> flask.Response:
     """The estimate as a file: CSV (one line per category or cell) or the API's JSON."""
-    method, confidence = _estimate_args()
     campaign = load_campaign(campaign_id)
+    method, confidence = _estimate_args(campaign)
     body, _ = bounded_estimate(campaign, method, confidence)
     if fmt == "csv":
         response = flask.Response(export.estimate_csv(campaign, body), mimetype="text/csv")

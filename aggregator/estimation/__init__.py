@@ -12,6 +12,7 @@ from aggregator.estimation.channels import (
 )
 from aggregator.estimation.compute import METHODS, EstimateResult, estimate
 from aggregator.estimation.estimators import IBU, MatrixInversion, project_to_simplex
+from aggregator.estimation.oracles import HadamardChannel, OLHChannel, oue_estimate
 
 __all__ = [
     "IBU",
@@ -20,12 +21,15 @@ __all__ = [
     "DenseChannel",
     "EstimateResult",
     "GridKernelChannel",
+    "HadamardChannel",
     "KRRChannel",
     "ManhattanKernelChannel",
     "MatrixInversion",
+    "OLHChannel",
     "PlanarLaplaceChannel",
     "SingularChannelError",
     "channel_for",
     "estimate",
+    "oue_estimate",
     "project_to_simplex",
 ]

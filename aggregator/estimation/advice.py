@@ -49,11 +49,12 @@ from typing import Any
 import numpy as np
 
 from shared.errors import SpecError
-from shared.mechanisms import EXPONENTIAL_GRID, HADAMARD_RESPONSE, Geometric
+from shared.mechanisms import EXPONENTIAL_GRID, Geometric
 from shared.spec import (
     ADVISED_SCHEMA,
     DEFAULT_EXPECTED_USERS,
     GEOMETRIC,
+    HADAMARD_RESPONSE,
     KRR,
     MAX_EPSILON,
     MAX_RANGE_VALUES,
@@ -335,8 +336,9 @@ def expected_error(spec: CampaignSpec, n: int) -> dict[str, Any] | None:
     if spec.mechanism == GEOMETRIC and spec.lo is not None and spec.hi is not None:
         mse = geometric_mse(spec.hi - spec.lo + 1, spec.epsilon, n)
         return {"expected_mse": mse, "basis": CLOSED_FORM + " (uniform users)"}
-    if spec.domain is not None and spec.mechanism in CATEGORICAL_MECHANISMS:
-        mse = oracle_mse(spec.mechanism, len(spec.domain), spec.epsilon, n)
+    k = spec.domain_size if spec.domain is None else len(spec.domain)
+    if k is not None and spec.mechanism in CATEGORICAL_MECHANISMS:
+        mse = oracle_mse(spec.mechanism, k, spec.epsilon, n)
         return {"expected_mse": mse, "basis": CLOSED_FORM}
     return None
 

@@ -99,6 +99,12 @@ class Channel(ABC):
         residual = np.linalg.norm(self.forward(solution) - q)
         return solution, bool(residual <= GMRES_ACCEPT * np.linalg.norm(q))
 
+    def solve_counts(self, counts: np.ndarray) -> tuple[np.ndarray, bool]:
+        """``solve_with_info`` on the report frequencies; a channel whose estimate also
+        depends on the number of reports (OLH's pool correction) overrides it."""
+        counts = np.asarray(counts, dtype=float)
+        return self.solve_with_info(counts / counts.sum())
+
     def inversion_second_moment(self, q: np.ndarray) -> np.ndarray | None:
         """``sum_y (C^-1)[y, x]^2 q_y`` per input ``x`` where the structure gives it exactly
         and cheaply (the variance of the unbiased inversion), else ``None``."""
@@ -525,4 +531,12 @@ def channel_for(mechanism: Mechanism) -> Channel:
             return ManhattanKernelChannel(mechanism)
         kernel = euclidean_kernel(float(mechanism.step_epsilon), grid.rows, grid.cols)
         return GridKernelChannel(kernel, grid.rows, grid.cols)
+    from aggregator.estimation.oracles import HadamardChannel, OLHChannel
+    from shared.mechanisms import HadamardResponse
+    from shared.oracles import OLH
+
+    if isinstance(mechanism, HadamardResponse):
+        return HadamardChannel(mechanism)
+    if isinstance(mechanism, OLH):
+        return OLHChannel(mechanism)
     raise TypeError(f"no channel for {type(mechanism).__name__}")

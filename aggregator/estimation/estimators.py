@@ -96,7 +96,7 @@ class MatrixInversion:
     def fit(self, counts, channel) -> MatrixInversion:
         counts = _as_counts(counts, channel)
         self.n_ = counts.sum()
-        self.unbiased_, self.converged_ = channel.solve_with_info(counts / self.n_)
+        self.unbiased_, self.converged_ = channel.solve_counts(counts)
         if self.postprocess == "clip":
             self.frequencies_ = clip_and_normalise(self.unbiased_)
         elif self.postprocess == "projection":

@@ -24,6 +24,11 @@ channel and on the estimate, not on the caller:
   (``E[(M D^1/2 z)_x^2]`` for Rademacher ``z``), one solve per probe, around the
   exact value for the periodic inverse where the channel has one (planar
   Laplace).
+* **Large-domain frequency oracles (OLH, Hadamard response), any estimator:
+  analytic.** The interval of the unbiased estimate, as above, from the
+  closed-form variance of the channel (``inversion_second_moment``); a
+  post-processed estimate (projection, clipping, IBU) gets the same interval,
+  widened to hold it. Their channels say so with ``intervals_around_unbiased``.
 * **Any other estimate (IBU, projection, clipping on planar and dense
   channels): a bootstrap of the estimator's error, plus its distance to a less
   regularised fit.** Report counts are redrawn from
@@ -146,7 +151,16 @@ def confidence_interval(
     notes: list[str] = []
     if unbiased is None and (point.min() < 0 or point.max() > 1):
         unbiased = point
-    if isinstance(channel, KRRChannel):
+    if getattr(channel, "intervals_around_unbiased", False):
+        # Large-domain oracles: the unbiased estimate's variance is in closed form, and a
+        # bootstrap would rerun the whole estimate per replicate.
+        if unbiased is None:
+            unbiased = channel.solve_counts(counts)[0]
+        low, high = analytic_interval(counts, channel, unbiased, confidence, seed)
+        method = "analytic normal interval around the unbiased estimate (closed-form variance)"
+        if not np.array_equal(point, unbiased):
+            method += ", widened where needed to hold the estimate"
+    elif isinstance(channel, KRRChannel):
         low, high = krr_score_interval(counts, channel, point, confidence)
         method = (
             "Wilson score interval of each category's report share, mapped to its frequency "

@@ -25,6 +25,7 @@ import numpy as np
 from aggregator.estimation import (
     METHODS,
     Channel,
+    EstimateResult,
     SingularChannelError,
     budget,
     channel_for,
@@ -36,10 +37,23 @@ from aggregator.http.parameters import QueryParameter, invalid_parameter
 from aggregator.storage.locks import Lock
 from aggregator.storage.store import Campaign, CampaignStore
 from shared.errors import ValidationError
-from shared.mechanisms import Geometric, GridMechanism, Mechanism
+from shared.mechanisms import Geometric, GridMechanism, HadamardResponse, Mechanism
+from shared.oracles import OLH
 from shared.schema import Number, String, is_positive_finite
 
 DEFAULT_METHOD = "ibu"
+# The large-domain oracles (OLH, Hadamard response) default to the unbiased estimate projected
+# onto the simplex (Norm-Sub): one pass over the pool's hashes where IBU needs one per
+# iteration, and a smaller error than clipping (docs/mechanisms.md, scripts/bench_oracles.py).
+ORACLE_DEFAULT_METHOD = "projection"
+# An oracle's estimate lists this many values at most: those with the largest estimates, in
+# decreasing order (a million rows would make a 100 MB body).
+ORACLE_TOP_ROWS = 1000
+# IBU on an OLH campaign hashes every value under every seed twice per iteration, and its
+# cross-validation runs hundreds of iterations per fold (2,000 values, 10^5 reports: 796
+# iterations, 134 s): above this many hashes a pass (S k; about 250 values at the default
+# pool) it would outrun the estimate's time limit, so it is refused.
+OLH_IBU_MAX_HASHES = 250_000
 DEFAULT_CONFIDENCE = 0.95
 # The confidence levels an estimate can be asked for: each level is its own computation
 # and cache entry, so a caller must not be able to ask for arbitrarily many.
@@ -122,8 +136,28 @@ def cell_label(row: int, col: int) -> str:
     return f"r{row}c{col}"
 
 
+def is_oracle(mechanism: Mechanism) -> bool:
+    """Whether the campaign's mechanism is a large-domain frequency oracle (OLH, Hadamard)."""
+    return isinstance(mechanism, (OLH, HadamardResponse))
+
+
+def default_method(mechanism: Mechanism) -> str:
+    """The estimation method used when a request names none."""
+    return ORACLE_DEFAULT_METHOD if is_oracle(mechanism) else DEFAULT_METHOD
+
+
+def value_labels(mechanism: OLH | HadamardResponse) -> list[str]:
+    """The labels of an oracle's values: its labels, or the integers as text."""
+    if mechanism.domain is not None:
+        return list(mechanism.domain)
+    return [str(x) for x in range(mechanism.k)]
+
+
 def output_labels(mechanism: Mechanism) -> list[str]:
-    """One label per output index: the category, the grid cell, or the integer as text."""
+    """One label per output index: the category, the grid cell, or the integer as text
+    (an oracle's outputs are integers: seed and bucket, or a Hadamard column)."""
+    if is_oracle(mechanism):
+        return [str(y) for y in range(mechanism.n_outputs)]
     if isinstance(mechanism, GridMechanism):
         cols = mechanism.grid.cols
         return [cell_label(*divmod(y, cols)) for y in range(mechanism.n_outputs)]
@@ -267,6 +301,19 @@ def estimate_response(
     head = {"campaign": campaign.spec.id, "spec_hash": campaign.spec_hash}
     if not vector.any():
         return {**head, "method": method, "n": 0, "confidence": confidence, "estimates": []}
+    if (
+        method == "ibu"
+        and isinstance(mechanism, OLH)
+        and mechanism.pool_size * mechanism.k > OLH_IBU_MAX_HASHES
+    ):
+        raise ValidationError(
+            f"ibu cannot be used for this campaign: each of its iterations hashes all "
+            f"{mechanism.k:,} values under each of the {mechanism.pool_size:,} seeds twice, and "
+            f"cross-validating it takes hundreds; use projection (the default for olh) or "
+            "inversion",
+            field="method",
+            code="method_not_applicable",
+        )
     try:
         result = estimate(mechanism, vector, method=method, confidence=confidence, channel=channel)
     except SingularChannelError as exc:
@@ -275,6 +322,8 @@ def estimate_response(
             field="method",
             code="method_not_applicable",
         ) from exc
+    if isinstance(mechanism, (OLH, HadamardResponse)):
+        return {**head, **oracle_body(mechanism, result, vector)}
     response = {**head, **result.to_dict(output_labels(mechanism))}
     if not isinstance(mechanism, GridMechanism):
         # The share of reports per category, before any correction for the noise: what
@@ -295,6 +344,38 @@ def estimate_response(
             "cells": np.asarray(result.frequencies).reshape(grid.rows, grid.cols).tolist(),
         }
     return response
+
+
+def oracle_body(
+    mechanism: OLH | HadamardResponse, result: EstimateResult, vector: np.ndarray
+) -> dict[str, Any]:
+    """An oracle's estimate: the :data:`ORACLE_TOP_ROWS` values with the largest estimates.
+
+    Rows are in decreasing order of estimate (ties by value), each with its
+    ``value`` (the label, or the integer) beside the ``label`` text; ``rows``
+    says how many of the domain's values are listed and what share the
+    estimate gives the others (``rest_frequency``).
+    """
+    frequencies = np.asarray(result.frequencies)
+    k = frequencies.size
+    shown = min(k, ORACLE_TOP_ROWS)
+    top = np.lexsort((np.arange(k), -frequencies))[:shown]
+    values = [mechanism.domain[x] if mechanism.domain is not None else x for x in top.tolist()]
+    listed = dataclasses.replace(
+        result, frequencies=frequencies[top], ci_low=result.ci_low[top], ci_high=result.ci_high[top]
+    )
+    body = listed.to_dict([str(value) for value in values])
+    for row, value in zip(body["estimates"], values, strict=True):
+        row["value"] = value
+    body["domain_size"] = k
+    body["rows"] = {
+        "shown": shown,
+        "of": k,
+        "order": "estimate, decreasing",
+        "rest_frequency": float(np.delete(frequencies, top).sum()),
+    }
+    body["poisoning"] = poisoning.check(mechanism, vector).to_dict()
+    return body
 
 
 def counts_digest(campaign: Campaign, counts: dict[int, int]) -> str:

@@ -25,7 +25,9 @@ from shared.spec import (
     CAMPAIGN_ID,
     EXPONENTIAL_GRID,
     GEOMETRIC,
+    HADAMARD_RESPONSE,
     KRR,
+    OLH_NAME,
     PLANAR_LAPLACE,
     REGION,
     RR,
@@ -49,6 +51,8 @@ _SPEC_VARIANTS = {
     PLANAR_LAPLACE: "PlanarSpec",
     GEOMETRIC: "GeometricSpec",
     EXPONENTIAL_GRID: "ExponentialGridSpec",
+    HADAMARD_RESPONSE: "HadamardSpec",
+    OLH_NAME: "OLHSpec",
 }
 
 
@@ -254,7 +258,12 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
                         "label": {
                             "type": "string",
                             "description": "the category, the grid cell, or the integer value "
-                            "as text (geometric)",
+                            "as text (geometric, and olh or hadamard_response with a domain_size)",
+                        },
+                        "value": {
+                            "oneOf": [{"type": "string"}, {"type": "integer"}],
+                            "description": "olh and hadamard_response only: the value, its label "
+                            "or its integer",
                         },
                         "frequency": {"type": "number"},
                         "ci_low": {"type": "number"},
@@ -274,6 +283,24 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
             "interval_method": {"type": "string"},
             "seconds": {"type": "number", "description": "estimation time"},
             "poisoning": _POISONING,
+            "domain_size": {
+                "type": "integer",
+                "description": "olh and hadamard_response only: the number of values",
+            },
+            "rows": {
+                "type": "object",
+                "description": "olh and hadamard_response only: estimates lists the values with "
+                "the largest estimates, in decreasing order",
+                "properties": {
+                    "shown": {"type": "integer"},
+                    "of": {"type": "integer"},
+                    "order": {"type": "string"},
+                    "rest_frequency": {
+                        "type": "number",
+                        "description": "the estimate's total over the values not listed",
+                    },
+                },
+            },
             "range": {
                 "type": "object",
                 "description": "geometric only: the integers lo..hi, one estimate each in order",

@@ -295,10 +295,12 @@ def bounded_estimate(
 def get_estimate(campaign_id: str) -> flask.Response:
     """The estimate with intervals; served from the cache while no new report has arrived."""
     _check_parameters({"method", "confidence", "format"})
-    method = estimates.parse_method(flask.request.args.get("method", estimates.DEFAULT_METHOD))
+    campaign = load_campaign(campaign_id)
+    method = estimates.parse_method(
+        flask.request.args.get("method", estimates.default_method(campaign.mechanism))
+    )
     confidence = estimates.parse_confidence(flask.request.args.get("confidence"))
     output = export.parse_format(flask.request.args.get("format"))
-    campaign = load_campaign(campaign_id)
     if output == "csv":
         body, cached = bounded_estimate(campaign, method, confidence)
         response = _csv_download(

@@ -39,6 +39,21 @@ GEOMETRIC_SPEC = {
     "hi": 120,
 }
 
+OLH_SPEC = {
+    "id": "apps",
+    "title": "Your most used app",
+    "mechanism": "olh",
+    "epsilon": 1.0,
+    "domain_size": 5000,
+}
+HADAMARD_SPEC = {
+    "id": "words",
+    "title": "A word you typed",
+    "mechanism": "hadamard_response",
+    "epsilon": 1.0,
+    "domain": [f"w{i}" for i in range(300)],
+}
+
 
 def new_id() -> str:
     return str(uuid.uuid4())

@@ -104,6 +104,14 @@ SPEC_BASES = {
         "lo": 0,
         "hi": 120,
     },
+    "hadamard_response": {
+        "id": "x",
+        "title": "Word",
+        "mechanism": "hadamard_response",
+        "epsilon": 1.0,
+        "domain": ["apple", "banana", "cherry"],
+    },
+    "olh": {"id": "x", "title": "App", "mechanism": "olh", "epsilon": 1.0, "domain_size": 5000},
 }
 
 
@@ -232,6 +240,12 @@ def _with_companions(body: dict, path: tuple, keyword: str, value: Any) -> dict 
             return None
         other = ("hi",) if path == ("lo",) else ("lo",)
         return _set(_set(body, path, value), other, value + 10 if path == ("lo",) else value - 10)
+    # An oracle takes a domain or a domain size: setting one drops the other.
+    if path[:1] == ("domain",) and "domain_size" in body:
+        body = {key: v for key, v in body.items() if key != "domain_size"}
+        body["domain"] = SPEC_BASES["krr"]["domain"]
+    if path == ("domain_size",) and "domain" in body:
+        body = {key: v for key, v in body.items() if key != "domain"}
     if path in (("privacy_level",), ("privacy_radius_m",)):
         body = {key: v for key, v in body.items() if key != "epsilon"}
         body = {**body, "privacy_level": 0.001, "privacy_radius_m": 200}
@@ -288,6 +302,8 @@ def _body_cases(document: dict, walker: Walker):
         "PlanarSpec": (SPEC_BASES["planar_laplace"], walker.spec),
         "GeometricSpec": (SPEC_BASES["geometric"], walker.spec),
         "ExponentialGridSpec": (SPEC_BASES["exponential_grid"], walker.spec),
+        "HadamardSpec": (SPEC_BASES["hadamard_response"], walker.spec),
+        "OLHSpec": (SPEC_BASES["olh"], walker.spec),
         "AdvisedSpec": (ADVISED_BASES, walker.spec),
         "Report": (report, walker.report),
         "ReportBatch": ({"reports": [report]}, walker.report),
@@ -328,6 +344,9 @@ def test_every_documented_request_bound_is_enforced(served, client, admin, analy
     for name, schema, base, send in _body_cases(served, walker):
         for path, keyword, node in _bounds(schema, served):
             current = _get(base, path) if path else base
+            if current is None and path[:1] == ("domain",):
+                # An oracle's base gives a domain size; its labels' bounds start from krr's.
+                current = _get(SPEC_BASES["krr"], path)
             for side, value in _boundary(keyword, node, current):
                 if value is None and keyword == "pattern":
                     value = walker.token()
@@ -356,6 +375,9 @@ def test_every_documented_request_bound_is_enforced(served, client, admin, analy
         ("GeometricSpec", "epsilon", "maximum", "inside"),
         ("ExponentialGridSpec", "metric", "enum", "outside"),
         ("ExponentialGridSpec", "cell_size_m", "minimum", "inside"),
+        ("OLHSpec", "domain_size", "maximum", "inside"),
+        ("OLHSpec", "domain_size", "maximum", "outside"),
+        ("HadamardSpec", "domain", "maxItems", "inside"),
         ("ReportBatch", "reports", "maxItems", "outside"),
         ("Report", "enrollment_token", "pattern", "inside"),
         ("count", "count", "maximum", "inside"),
@@ -419,6 +441,8 @@ def test_every_enforced_bound_is_in_the_served_document(served):
         "planar_laplace": "PlanarSpec",
         "geometric": "GeometricSpec",
         "exponential_grid": "ExponentialGridSpec",
+        "hadamard_response": "HadamardSpec",
+        "olh": "OLHSpec",
     }
     for mechanism, descriptor in SPEC_SCHEMAS.items():
         assert schemas[names[mechanism]] == descriptor.schema()

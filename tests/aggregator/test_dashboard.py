@@ -12,7 +12,14 @@ import time
 import uuid
 
 import pytest
-from aggregator_testdata import ADMIN_TOKEN, ANALYST_TOKEN, GRID_SPEC, KRR_SPEC, PLANAR_SPEC
+from aggregator_testdata import (
+    ADMIN_TOKEN,
+    ANALYST_TOKEN,
+    GRID_SPEC,
+    KRR_SPEC,
+    OLH_SPEC,
+    PLANAR_SPEC,
+)
 
 from aggregator.app import create_app
 from aggregator.estimation import METHODS
@@ -424,3 +431,20 @@ def test_settings_come_from_the_environment(monkeypatch, redis_url):
     response = sign_in(client, "from-env")
     assert response.status_code == 303
     assert "Secure" in response.headers["Set-Cookie"]
+
+
+def test_an_olh_campaign_page_and_its_top_values(signed_in, admin, analyst):
+    spec = {**OLH_SPEC, "domain_size": 50_000}
+    assert signed_in.post("/api/v1/campaigns", json=spec, headers=admin).status_code == 201
+    page = signed_in.get("/dashboard/campaigns/apps").get_data(as_text=True)
+    assert "Optimized local hashing (OLH)" in page and "50,000" in page
+    assert 'value="projection" selected' in page
+    assert "Top 1,000 (of 50,000)" in page
+    post_reports(signed_in, spec, [123] * 300 + list(range(300)), seed=5)
+    ours = signed_in.get("/dashboard/data/campaigns/apps/estimate").get_json()
+    api = signed_in.get("/api/v1/campaigns/apps/estimate", headers=analyst).get_json()
+    assert ours["method"] == api["method"] == "projection"
+    assert ours["estimates"] == api["estimates"] and len(ours["estimates"]) == 1000
+    assert ours["estimates"][0]["value"] == 123
+    csv = signed_in.get("/dashboard/data/campaigns/apps/estimate.csv").get_data(as_text=True)
+    assert csv.splitlines()[1].startswith("123,")

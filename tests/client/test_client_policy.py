@@ -148,6 +148,14 @@ def test_a_geometric_cost_is_capped_by_the_width_of_the_range():
     assert Policy(value_radius=50).cost(spec) == pytest.approx(0.3 * 4)
 
 
+@pytest.mark.parametrize("mechanism", ["olh", "hadamard_response"])
+def test_an_oracle_report_costs_its_epsilon(mechanism):
+    spec = CampaignSpec.from_dict(
+        {"id": "o", "title": "o", "mechanism": mechanism, "epsilon": 1.5, "domain_size": 10**6}
+    )
+    assert Policy().cost(spec) == 1.5
+
+
 def exponential_grid(cell: float, metric: str, epsilon: float = 0.002) -> CampaignSpec:
     data = planar(cell).to_dict()
     return CampaignSpec.from_dict(

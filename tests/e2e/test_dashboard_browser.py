@@ -748,3 +748,30 @@ def test_a_stopped_estimate_is_reported_and_not_asked_for_again_too_soon(tab, ca
     # Chromium logs the one 503 it was answered; nothing else may be logged.
     assert len(tab.errors) == 1
     assert "responded with a status of 503" in tab.errors[0]
+
+
+def test_an_olh_campaign_charts_its_top_values(tab, seeder):
+    apps = seeder.create(
+        {
+            "id": f"dash-apps-{SUFFIX}",
+            "title": "Apps (browser test)",
+            "mechanism": "olh",
+            "epsilon": 2.0,
+            "domain_size": 200_000,
+        }
+    )
+    rng = random.Random(8)
+    values = [4242] * 900 + [17] * 500 + [rng.randrange(200_000) for _ in range(600)]
+    seeder.post(apps, values, seed=8)
+    tab.goto(f"/campaigns/{apps['id']}")
+    tab.wait_rendered("projection")
+    tab.shot("olh")
+    api = seeder.get(f"/campaigns/{apps['id']}/estimate")
+    assert api["method"] == "projection" and len(api["estimates"]) == 1000
+    trace = chart_trace(tab.page, "estimate-chart")
+    assert tab.page.input_value("#top") == "20"
+    assert trace["x"][:2] == ["4242", "17"]
+    assert trace["x"] == [row["label"] for row in api["estimates"][:20]]
+    assert "200,000" in tab.page.inner_text("main")
+    assert tab.page.inner_text("#estimate-caption").startswith("Top 20 of 200,000 categories")
+    tab.assert_no_console_errors()

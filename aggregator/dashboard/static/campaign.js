@@ -266,7 +266,9 @@
     }
     Plotly.react("estimate-chart", traces, layout, plotConfig);
     renderTable(rows.map(function (r) { return [r.label, r]; }),
-      (rows.length < estimate.estimates.length ? "Top " + rows.length + " of " + estimate.estimates.length : "All " + rows.length) +
+      (rows.length < (estimate.domain_size || estimate.estimates.length)
+        ? "Top " + rows.length + " of " + (estimate.domain_size || estimate.estimates.length).toLocaleString("en")
+        : "All " + rows.length) +
       " categories, with " + level + " intervals" +
       (raw ? " and the raw share of noisy reports (before correcting for the noise)" : ""));
   }
