@@ -37,7 +37,7 @@ from aggregator.storage.redis_server import (
 from aggregator.storage.retention import DAY_S, trim_all
 from aggregator.storage.store import CLOSED, OPEN, CampaignStore
 from shared.errors import LDPError
-from shared.mechanisms import PlanarLaplace
+from shared.mechanisms import GridMechanism
 from shared.spec import CampaignSpec
 from shared.terminal import json_text, printable
 
@@ -458,7 +458,7 @@ def estimate_command(
     if result.get("n_iter") is not None:
         click.echo(f"iterations {result['n_iter']}  converged {result['converged']}")
     rows = result["estimates"]
-    planar = isinstance(campaign.mechanism, PlanarLaplace)
+    planar = isinstance(campaign.mechanism, GridMechanism)
     if planar and top is None and not show_all:
         top = DEFAULT_TOP_CELLS
     shown = list(range(len(rows)))

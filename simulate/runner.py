@@ -43,7 +43,7 @@ from aggregator.estimation.estimators import (
     project_to_simplex,
 )
 from aggregator.estimation.oracles import oue_estimate
-from shared.mechanisms import Mechanism, PlanarLaplace
+from shared.mechanisms import GridMechanism, Mechanism
 from shared.oracles import OUE
 from shared.spec import OUE_NAME, CampaignSpec
 from simulate.metrics import Scores, score
@@ -165,11 +165,11 @@ def oue_runs(
 
 def check_compatible(population: Population, mechanism: Mechanism | OUE) -> None:
     """The population's inputs must be the mechanism's (same labels, or same grid)."""
-    if isinstance(mechanism, PlanarLaplace):
+    if isinstance(mechanism, GridMechanism):
         grid = population.grid
         if grid is None or (grid.rows, grid.cols) != (mechanism.grid.rows, mechanism.grid.cols):
             raise PopulationError(
-                "a planar Laplace campaign needs a location population on its grid",
+                f"a {mechanism.name} campaign needs a location population on its grid",
                 field="population",
             )
         return

@@ -22,7 +22,7 @@ from aggregator.http.routes import bounded_estimate, load_campaign
 from aggregator.services import current_settings, get_store
 from aggregator.storage.store import Campaign, CampaignNotFound
 from shared.errors import ValidationError
-from shared.spec import GEOMETRIC, PLANAR_LAPLACE
+from shared.spec import GEOMETRIC, GRID_MECHANISMS
 
 # plotly's styles are injected at run time, hence 'unsafe-inline' for styles only.
 CONTENT_SECURITY_POLICY = (
@@ -140,7 +140,7 @@ def campaign_page(campaign_id: str) -> Any:
     spec = campaign.spec
     store = get_store()
     last = store.last_report_times([spec.id])[spec.id]
-    planar = spec.mechanism == PLANAR_LAPLACE
+    planar = spec.mechanism in GRID_MECHANISMS  # a map of the grid's cells
     ordinal = spec.mechanism == GEOMETRIC
     return flask.render_template(
         "dashboard/campaign.html",

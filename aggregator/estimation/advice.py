@@ -327,6 +327,12 @@ def expected_error(spec: CampaignSpec, n: int) -> dict[str, Any] | None:
         return None
     if spec.mechanism == PLANAR_LAPLACE:
         return {"mean_displacement_m": 2.0 / spec.epsilon, "basis": PROXY}
+    if spec.mechanism == EXPONENTIAL_GRID and spec.cell_size_m is not None:
+        from aggregator.estimation.grid_kernel import mean_displacement_cells
+
+        cell = spec.cell_size_m
+        cells = mean_displacement_cells(spec.epsilon * cell, spec.metric or "manhattan")
+        return {"mean_displacement_m": cells * cell, "basis": PROXY}
     if spec.mechanism == GEOMETRIC and spec.lo is not None and spec.hi is not None:
         mse = geometric_mse(spec.hi - spec.lo + 1, spec.epsilon, n)
         return {"expected_mse": mse, "basis": CLOSED_FORM + " (uniform users)"}

@@ -37,7 +37,7 @@ from aggregator.http.parameters import QueryParameter, invalid_parameter
 from aggregator.storage.locks import Lock
 from aggregator.storage.store import Campaign, CampaignStore
 from shared.errors import ValidationError
-from shared.mechanisms import KRR, Geometric, HadamardResponse, Mechanism, PlanarLaplace
+from shared.mechanisms import KRR, Geometric, GridMechanism, HadamardResponse, Mechanism
 from shared.oracles import OLH
 from shared.schema import Number, String, is_positive_finite
 
@@ -174,7 +174,7 @@ def output_labels(mechanism: Mechanism) -> list[str]:
     (an oracle's outputs are integers: seed and bucket, or a Hadamard column)."""
     if is_oracle(mechanism):
         return [str(y) for y in range(mechanism.n_outputs)]
-    if isinstance(mechanism, PlanarLaplace):
+    if isinstance(mechanism, GridMechanism):
         cols = mechanism.grid.cols
         return [cell_label(*divmod(y, cols)) for y in range(mechanism.n_outputs)]
     if isinstance(mechanism, Geometric):
@@ -348,7 +348,7 @@ def estimate_response(
     if isinstance(mechanism, (OLH, HadamardResponse)):
         return {**head, **oracle_body(mechanism, result, vector)}
     response = {**head, **result.to_dict(output_labels(mechanism))}
-    if not isinstance(mechanism, PlanarLaplace):
+    if not isinstance(mechanism, GridMechanism):
         # The share of reports per category, before any correction for the noise: what
         # an estimate has to beat, shown beside it.
         raw = vector / vector.sum()
@@ -357,7 +357,7 @@ def estimate_response(
     response["poisoning"] = poisoning.check(mechanism, vector).to_dict()
     if isinstance(mechanism, Geometric):
         response["range"] = {"lo": mechanism.lo, "hi": mechanism.hi}
-    if isinstance(mechanism, PlanarLaplace):
+    if isinstance(mechanism, GridMechanism):
         grid = mechanism.grid
         response["grid"] = {
             "rows": grid.rows,

@@ -497,6 +497,33 @@ def test_geometric_campaign_draws_its_range_as_a_line_with_a_band(tab, seeder):
     tab.assert_no_console_errors()
 
 
+def test_exponential_grid_campaign_renders_the_map_of_its_cells(tab, seeder):
+    block = seeder.create(
+        {
+            "id": f"dash-block-{SUFFIX}",
+            "title": "Block (browser test)",
+            "mechanism": "exponential_grid",
+            "metric": "euclidean",
+            "epsilon": 0.004,
+            "region": {"lat_min": 37.77, "lat_max": 37.78, "lon_min": -122.42, "lon_max": -122.41},
+            "cell_size_m": 200,
+        }
+    )
+    grid = CampaignSpec.from_dict(block).grid
+    centre = grid.to_latlon(*grid.centre_xy(grid.n_cells // 2))
+    seeder.post(block, [{"lat": centre[0], "lon": centre[1]}] * 400, seed=6)
+    tab.open_campaign(block["id"])
+    tab.shot("grid-heatmaps")
+    api = seeder.get(f"/campaigns/{block['id']}/estimate?method=ibu")
+    estimate = chart_trace(tab.page, "heatmap-estimate")
+    assert estimate["type"] == "heatmap" and len(estimate["z"]) == grid.rows
+    for index in range(grid.n_cells):
+        row, col = divmod(index, grid.cols)
+        assert estimate["z"][row][col] == pytest.approx(api["estimates"][index]["frequency"])
+    assert "per m of euclidean distance" in tab.page.inner_text("dl.facts")
+    tab.assert_no_console_errors()
+
+
 def test_a_report_posted_while_the_page_is_open_shows_up(tab, seeder, campaigns):
     live = campaigns["live"]
     tab.open_campaign(live["id"])

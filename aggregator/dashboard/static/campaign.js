@@ -10,7 +10,7 @@
 
   var root = document.getElementById("main");
   var cfg = root.dataset;
-  var planar = cfg.mechanism === "planar_laplace";
+  var planar = cfg.mechanism === "planar_laplace" || cfg.mechanism === "exponential_grid";
   var ordinal = cfg.mechanism === "geometric";
   var ORDINAL_TABLE_ROWS = 20;
   var refreshMs = Math.max(1, Number(cfg.refreshS) || 5) * 1000;
