@@ -37,7 +37,7 @@ from aggregator.storage.redis_server import (
 from aggregator.storage.retention import DAY_S, trim_all
 from aggregator.storage.store import CLOSED, OPEN, CampaignStore
 from shared.errors import LDPError
-from shared.mechanisms import PlanarLaplace
+from shared.mechanisms import GridMechanism
 from shared.spec import CampaignSpec
 from shared.terminal import json_text, printable
 
@@ -390,8 +390,7 @@ def campaign_open(opener: StoreOpener, campaign_id: str) -> None:
 @click.option(
     "--method",
     type=click.Choice(estimates.METHODS),
-    default=estimates.DEFAULT_METHOD,
-    show_default=True,
+    help="Estimation method [default: the campaign's, as the API's].",
 )
 @click.option(
     "--confidence",
@@ -432,7 +431,7 @@ def campaign_open(opener: StoreOpener, campaign_id: str) -> None:
 def estimate_command(
     opener: StoreOpener,
     campaign_id: str,
-    method: str,
+    method: str | None,
     confidence: str,
     top: int | None,
     show_all: bool,
@@ -450,6 +449,7 @@ def estimate_command(
     store = opener.store()
     campaign = store.get_campaign(campaign_id)
     limits = None if no_limits else estimates.EstimateLimits(max_work, timeout_s)
+    method = method or estimates.default_method(campaign.mechanism)
     result, _ = estimates.cached_estimate(store, campaign, method, float(confidence), limits=limits)
     if as_json:
         _echo_json(result)
@@ -458,7 +458,7 @@ def estimate_command(
     if result.get("n_iter") is not None:
         click.echo(f"iterations {result['n_iter']}  converged {result['converged']}")
     rows = result["estimates"]
-    planar = isinstance(campaign.mechanism, PlanarLaplace)
+    planar = isinstance(campaign.mechanism, GridMechanism)
     if planar and top is None and not show_all:
         top = DEFAULT_TOP_CELLS
     shown = list(range(len(rows)))
@@ -507,9 +507,7 @@ def estimate_command(
 @click.option(
     "--method",
     type=click.Choice(estimates.METHODS),
-    default=estimates.DEFAULT_METHOD,
-    show_default=True,
-    help="Estimation method (--data estimate).",
+    help="Estimation method (--data estimate) [default: the campaign's, as the API's].",
 )
 @click.option(
     "--confidence",
@@ -531,7 +529,7 @@ def export_command(
     campaign_id: str,
     data: str,
     output_format: str,
-    method: str,
+    method: str | None,
     confidence: float,
     output: Any,
 ) -> None:
@@ -561,6 +559,7 @@ def export_command(
             body = export.counts_body(campaign, counts, store.hourly_counts(campaign_id))
             output.write(json_text(body, indent=2) + "\n")
     else:
+        method = method or estimates.default_method(campaign.mechanism)
         body, _ = estimates.cached_estimate(store, campaign, method, confidence)
         if output_format == "csv":
             output.write(export.estimate_csv(campaign, body))

@@ -23,7 +23,7 @@ from typing import Any
 from client.errors import BudgetExceeded, ClientError, EpsilonCapExceeded, SpecChanged, StateError
 from client.policy import Policy
 from client.state import CampaignRecord, State
-from shared.spec import GEOMETRIC, PLANAR_LAPLACE, CampaignSpec
+from shared.spec import GEOMETRIC, GRID_MECHANISMS, PLANAR_LAPLACE, CampaignSpec
 
 # Relative slack for float sums when comparing with the budget and the cap.
 SLACK = 1e-9
@@ -177,11 +177,12 @@ class Ledger:
                 f" (epsilon {spec.epsilon:.4g} per unit over {self.policy.value_radius} "
                 "values, at most the range's width)"
             )
-        if spec.mechanism != PLANAR_LAPLACE:
+        if spec.mechanism not in GRID_MECHANISMS:
             return ""
+        metric = "" if spec.mechanism == PLANAR_LAPLACE else f" of {spec.metric} distance"
         return (
-            f" (epsilon {spec.epsilon:.4g}/m over {self.policy.location_radius_m:g} m and "
-            f"{spec.cell_size_m:g} m cells)"
+            f" (epsilon {spec.epsilon:.4g}/m{metric} over {self.policy.location_radius_m:g} m "
+            f"and {spec.cell_size_m:g} m cells)"
         )
 
 

@@ -19,6 +19,13 @@ Budget is spent in one currency, the ordinary (local-DP) epsilon:
   100 m cells and a 200 m radius in a city (distortion 1.0057) that distance
   is about 316 m (one row and three columns apart).
 
+* an ``exponential_grid`` report costs the same with the campaign's metric:
+  ``epsilon`` per metre of that metric (Euclidean or Manhattan distance
+  between cell centres) times the largest such distance between two cells
+  that hold points within ``distortion * location_radius_m``, capped likewise.
+  The device reports the true location's cell through the exponential
+  mechanism on the lattice of cells, clamped into the grid (post-processing).
+
 * a ``geometric`` report costs the privacy loss between any two true values
   at most ``value_radius`` apart: ``epsilon`` (per unit) times
   ``value_radius``, capped by the width of the range ``hi - lo`` (beyond
@@ -35,7 +42,7 @@ import math
 from dataclasses import dataclass
 
 from shared.schema import positive_finite
-from shared.spec import GEOMETRIC, PLANAR_LAPLACE, CampaignSpec
+from shared.spec import EUCLIDEAN, GEOMETRIC, GRID_MECHANISMS, MANHATTAN, CampaignSpec
 
 # Conservative defaults: a per-report cap of 2 admits randomized response at
 # ln 3 (RAPPOR's order of magnitude) and k-RR up to e^2 ~ 7.4 odds, and the
@@ -85,10 +92,10 @@ class Policy:
         """The epsilon one new report in this campaign spends."""
         if spec.mechanism == GEOMETRIC and spec.lo is not None and spec.hi is not None:
             return spec.epsilon * min(self.value_radius, spec.hi - spec.lo)
-        if spec.mechanism != PLANAR_LAPLACE:
+        if spec.mechanism not in GRID_MECHANISMS:
             return spec.epsilon
         projected_radius = spec.grid.region.ground_distortion() * self.location_radius_m
-        return spec.epsilon * worst_centre_distance_m(spec, projected_radius)
+        return spec.epsilon * worst_centre_distance_m(spec, projected_radius, spec.metric)
 
     def to_dict(self) -> dict[str, float]:
         return {
@@ -99,14 +106,20 @@ class Policy:
         }
 
 
-def worst_centre_distance_m(spec: CampaignSpec, radius_m: float) -> float:
+def worst_centre_distance_m(
+    spec: CampaignSpec, radius_m: float, metric: str | None = EUCLIDEAN
+) -> float:
     """The largest distance between the centres of two cells holding points ``radius_m`` apart.
 
-    Distances here are projected metres, those of the grid.
+    Distances here are projected metres, those of the grid; ``radius_m`` is
+    straight-line, the centres' distance is in ``metric`` (Euclidean, or
+    Manhattan for an ``exponential_grid`` campaign that uses it).
 
     Cells ``(di, dj)`` apart (in rows and columns) hold points as close as
     ``cell * hypot(max(di - 1, 0), max(dj - 1, 0))`` and have centres
-    ``cell * hypot(di, dj)`` apart; the offsets are bounded by the grid.
+    ``cell * hypot(di, dj)`` (Euclidean) or ``cell * (di + dj)`` (Manhattan)
+    apart; the offsets are bounded by the grid. Both grow with ``dj``, so for
+    each ``di`` the farthest reachable column is the worst.
     """
     grid = spec.grid
     cell = grid.cell_size_m
@@ -117,5 +130,5 @@ def worst_centre_distance_m(spec: CampaignSpec, radius_m: float) -> float:
         if gap_rows > reach:
             break
         dj = min(math.floor(math.sqrt(reach * reach - gap_rows * gap_rows)) + 1, grid.cols - 1)
-        worst = max(worst, math.hypot(di, dj))
+        worst = max(worst, di + dj if metric == MANHATTAN else math.hypot(di, dj))
     return worst * cell

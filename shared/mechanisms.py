@@ -28,6 +28,7 @@ from shared.exactness import WEIGHT_UNIT, check_planar_epsilon, krr_weights
 from shared.geo import Grid
 from shared.rng import (
     RandomSource,
+    bernoulli_exp_minus,
     default_rng,
     discrete_laplace,
     randbelow,
@@ -35,9 +36,12 @@ from shared.rng import (
     uniform_angle,
 )
 from shared.schema import finite_number, positive_finite
+from shared.spec import EXPONENTIAL_GRID as EXPONENTIAL_GRID  # re-exported: the wire name
 from shared.spec import (
     GEOMETRIC,
+    GRID_METRICS,
     HADAMARD_RESPONSE,
+    MANHATTAN,
     OLH_NAME,
     PLANAR_LAPLACE,
     RR,
@@ -89,6 +93,10 @@ class Mechanism(ABC):
     def from_spec(spec: CampaignSpec) -> Mechanism:
         if spec.mechanism == PLANAR_LAPLACE:
             return PlanarLaplace(epsilon=spec.epsilon, grid=spec.grid)
+        if spec.mechanism == EXPONENTIAL_GRID:
+            return ExponentialGrid(
+                epsilon=spec.epsilon, grid=spec.grid, metric=spec.metric or MANHATTAN
+            )
         if spec.mechanism == GEOMETRIC:
             if spec.lo is None or spec.hi is None:
                 raise ValueError(f"campaign {spec.id!r} (geometric) has no range")
@@ -401,59 +409,128 @@ class Geometric(Mechanism):
         return value - self.lo
 
 
-EXPONENTIAL_GRID = "exponential_grid"
-MANHATTAN = "manhattan"
+# Bits of the rational upper bound of sqrt(di^2 + dj^2) that the Euclidean sampler uses.
+ROOT_BITS = 64
+
+
+def ceil_root(square: int, bits: int = ROOT_BITS) -> Fraction:
+    """The least multiple of ``2**-bits`` at or above ``sqrt(square)``, exactly (integer roots)."""
+    scaled = square << (2 * bits)
+    root = math.isqrt(scaled)
+    return Fraction(root + (root * root != scaled), 1 << bits)
+
+
+# A rational at or below 1/sqrt(2): floor(sqrt(2**(2b - 1))) / 2**b.
+INV_SQRT2_BELOW = Fraction(math.isqrt(1 << (2 * ROOT_BITS - 1)), 1 << ROOT_BITS)
 
 
 class ExponentialGrid(GridMechanism):
-    r"""The exponential mechanism over a report grid's cells, Manhattan distance, clamped.
+    r"""The exponential mechanism over a report grid's cells, score minus the distance, clamped.
 
     The discrete counterpart of snapped planar Laplace: a report cell ``z`` for
     the true cell ``x`` (rows and columns ``i, j``) has probability proportional
-    to :math:`e^{-\varepsilon\, d(z, x)}` with ``d`` the Manhattan distance
-    between centres, ``cell * (|Delta i| + |Delta j|)`` metres, on the unbounded
-    lattice of cells; a cell beyond the grid is then moved to the nearest grid
-    cell (row and column clamped). On the lattice the normaliser is the same for
-    every ``x``, so the law is ``epsilon`` per metre of Manhattan distance between
-    any two cells, and clamping is post-processing: the grid's borders cost
-    nothing extra. (Normalising over the bounded grid instead would let the
-    normaliser differ between cells near the edge and inside, and can double the
-    loss.) The lattice law is the product of two discrete Laplaces with
-    ``epsilon * cell`` per step, one per axis, each drawn exactly
-    (:func:`shared.rng.discrete_laplace`, with the product taken as a fraction so
-    that it is not rounded up).
+    to :math:`e^{-\varepsilon\, d(z, x)}` on the unbounded lattice of cells,
+    with ``d`` the distance between centres in metres:
 
-    Against straight-line (Euclidean) distance ``e`` between cell centres the
-    guarantee is ``epsilon * sqrt(2) * e`` at worst (diagonal neighbours), since
-    the Manhattan distance is at most ``sqrt(2)`` times it.
+    * ``metric="manhattan"``: ``d = cell * (|Delta i| + |Delta j|)``;
+    * ``metric="euclidean"``: ``d = cell * sqrt(Delta i^2 + Delta j^2)``.
+
+    A cell beyond the grid is then moved to the nearest grid cell (row and
+    column clamped). On the lattice the normaliser is the same for every ``x``
+    (the law is a function of ``z - x``), so the law is ``epsilon`` per metre
+    of ``d`` between any two cells, and clamping is post-processing: the
+    grid's borders cost nothing extra. (Normalising over the bounded grid
+    instead would let the normaliser differ between cells near the edge and
+    inside, and can double the loss.)
+
+    **Manhattan** is the product of two discrete Laplaces with
+    ``a = epsilon * cell`` per step, one per axis, each drawn exactly
+    (:func:`shared.rng.discrete_laplace`, with ``a`` taken as the exact
+    product of the two floats, a fraction, so that it is not rounded up).
+    Against straight-line distance it is ``epsilon * sqrt(2)`` per metre at
+    worst (diagonal neighbours), since ``d_M <= sqrt(2) d_E``.
+
+    **Euclidean** is drawn by rejection from uniform integers only, with a
+    conservative rational rounding of the square root that is paid for in
+    advance, so that ``epsilon`` per metre of Euclidean distance is delivered
+    as an upper bound. With ``K = 2**64``:
+
+    * ``r(s)`` is the least multiple of ``1/K`` at or above ``sqrt(s)`` for
+      ``s = Delta i^2 + Delta j^2`` (integer square root; exact when ``s`` is
+      a square), so ``sqrt(s) <= r(s) < sqrt(s) + 1/K``;
+    * ``a_s = a K / (K + 1)``, the step the sampler uses;
+    * ``b = a_s L`` with ``L = floor(sqrt(K^2 / 2)) / K <= 1/sqrt(2)``.
+
+    Propose ``(Delta i, Delta j)`` from two independent discrete Laplaces of
+    step ``b`` (probability proportional to ``e^{-b m}``, ``m = |Delta i| +
+    |Delta j|``) and accept with probability ``exp(-(a_s r(s) - b m))``
+    (:func:`shared.rng.bernoulli_exp_minus` on that exact fraction), else
+    propose again. The exponent is not negative: ``b m = a_s L m <= a_s m /
+    sqrt(2) <= a_s sqrt(s) <= a_s r(s)``, since ``m <= sqrt(2 s)``. An accepted
+    offset therefore has probability proportional to ``e^{-b m} e^{-(a_s r(s) - b
+    m)} = e^{-a_s r(s)}``: the law realised exactly is ``e^{-a_s r(s)} / Z``
+    with ``Z`` a constant. For two true cells ``x != x'`` at Euclidean distance
+    ``D >= 1`` cell and any lattice report ``z``,
+    ``ln p(z|x) - ln p(z|x') = a_s (r(z - x') - r(z - x)) < a_s (D + 1/K)
+    <= a_s D (1 + 1/K) = a D``: ``epsilon`` per metre exactly, clamping
+    included. The realised law differs from ``e^{-a sqrt(s)}`` by a relative
+    ``a (1 + sqrt(s)) / K`` at most, far below float resolution, so the
+    aggregator's channel uses ``e^{-a sqrt(s)}``. A proposal is accepted with
+    probability about ``pi / 4`` for small ``a`` (the ratio of the two
+    normalisers, ``2 pi / a^2`` and ``8 / a^2``), near 1 for large ``a``; the
+    number of proposals does not depend on the true cell.
 
     Parameters
     ----------
     epsilon : float
-        Per metre of Manhattan distance, finite and > 0.
+        Per metre of the metric's distance, finite and > 0.
     grid : shared.geo.Grid
         The report grid.
+    metric : str
+        ``"manhattan"`` (default) or ``"euclidean"``.
     """
 
     name = EXPONENTIAL_GRID
-    metric = MANHATTAN
 
-    def __init__(self, *, epsilon: float, grid: Grid):
+    def __init__(self, *, epsilon: float, grid: Grid, metric: str = MANHATTAN):
         self.epsilon = positive_finite(epsilon, "epsilon")
         if not isinstance(grid, Grid):
             raise TypeError("grid must be a shared.geo.Grid")
+        if metric not in GRID_METRICS:
+            raise ValueError(f"metric must be one of {', '.join(GRID_METRICS)}, got {metric!r}")
         self.grid = grid
+        self.metric = metric
         self.step_epsilon = Fraction(self.epsilon) * Fraction(grid.cell_size_m)
+        scale = 1 << ROOT_BITS
+        self.sample_step = self.step_epsilon * Fraction(scale, scale + 1)
+        self.proposal_step = self.sample_step * INV_SQRT2_BELOW
 
     @property
     def alpha(self) -> float:
         """``exp(-epsilon * cell)``: the ratio of the probabilities of neighbouring cells."""
         return math.exp(-float(self.step_epsilon))
 
+    def offset(self, rng: RandomSource) -> tuple[int, int]:
+        """The noise ``(Delta row, Delta col)`` on the unbounded lattice, before clamping."""
+        if self.metric == MANHATTAN:
+            return (
+                discrete_laplace(rng, self.step_epsilon),
+                discrete_laplace(rng, self.step_epsilon),
+            )
+        while True:
+            di = discrete_laplace(rng, self.proposal_step)
+            dj = discrete_laplace(rng, self.proposal_step)
+            excess = self.sample_step * ceil_root(di * di + dj * dj) - self.proposal_step * (
+                abs(di) + abs(dj)
+            )
+            if bernoulli_exp_minus(rng, excess.numerator, excess.denominator):
+                return di, dj
+
     def perturb_index(self, x: int, rng: RandomSource) -> int:
         row, col = divmod(x, self.grid.cols)
-        row = min(max(row + discrete_laplace(rng, self.step_epsilon), 0), self.grid.rows - 1)
-        col = min(max(col + discrete_laplace(rng, self.step_epsilon), 0), self.grid.cols - 1)
+        di, dj = self.offset(rng)
+        row = min(max(row + di, 0), self.grid.rows - 1)
+        col = min(max(col + dj, 0), self.grid.cols - 1)
         return row * self.grid.cols + col
 
 

@@ -26,13 +26,19 @@ RR = "rr"
 KRR = "krr"
 PLANAR_LAPLACE = "planar_laplace"
 GEOMETRIC = "geometric"
+EXPONENTIAL_GRID = "exponential_grid"
 HADAMARD_RESPONSE = "hadamard_response"
 OLH_NAME = "olh"
 # Optimized unary encoding: simulated and compared, never collected (a report is k bits).
 OUE_NAME = "oue"
-MECHANISMS = (RR, KRR, PLANAR_LAPLACE, GEOMETRIC, HADAMARD_RESPONSE, OLH_NAME)
+MECHANISMS = (RR, KRR, PLANAR_LAPLACE, GEOMETRIC, EXPONENTIAL_GRID, HADAMARD_RESPONSE, OLH_NAME)
 # The large-domain frequency oracles: a domain of labels or a domain size.
 ORACLES = (HADAMARD_RESPONSE, OLH_NAME)
+# The mechanisms whose values and reports are the cells of a report grid.
+GRID_MECHANISMS = (PLANAR_LAPLACE, EXPONENTIAL_GRID)
+MANHATTAN = "manhattan"
+EUCLIDEAN = "euclidean"
+GRID_METRICS = (MANHATTAN, EUCLIDEAN)
 
 RR_DEFAULT_DOMAIN = ("no", "yes")
 MIN_DOMAIN = 2
@@ -55,6 +61,12 @@ MAX_BOUND = 10**12
 # Per unit of the range: at this epsilon a report equals the true value with probability
 # above 0.9999 (tanh(epsilon / 2)), so a larger one gives no meaningful protection.
 MAX_GEOMETRIC_EPSILON = 10.0
+# exponential_grid: epsilon * cell_size_m, the loss between neighbouring cells, within these.
+# Above the maximum a report is the true cell with probability above 0.9998; below the minimum
+# the noise spans hundreds of cells, and the aggregator's Euclidean kernel sums the lattice out
+# to 46 / (epsilon * cell_size_m) cells (4,600 at the minimum).
+MIN_GRID_STEP_EPSILON = 0.01
+MAX_GRID_STEP_EPSILON = 10.0
 # A frequency oracle's values given by number (the integers 0 .. K - 1): up to a million.
 MAX_DOMAIN_SIZE = 1_000_000
 
@@ -100,6 +112,17 @@ _PLANAR_EPSILON = Number(
     exclusive_minimum=True,
     description="per metre; or give privacy_level with privacy_radius_m (epsilon = level / "
     "radius); bounded by the grid's extent and cell size",
+)
+_GRID_EPSILON = Number(
+    minimum=0,
+    exclusive_minimum=True,
+    description="per metre of the metric's distance between cell centres; epsilon * "
+    f"cell_size_m (the loss between side neighbours) from {MIN_GRID_STEP_EPSILON} to "
+    f"{MAX_GRID_STEP_EPSILON}",
+)
+_METRIC = String(
+    enum=GRID_METRICS,
+    description=f"the distance the score is minus: default {MANHATTAN}",
 )
 _CELL_SIZE = Number(minimum=MIN_CELL_SIZE_M, description=f"at most {MAX_CELLS} cells in the region")
 _PRIVACY_LEVEL = Number(minimum=0, exclusive_minimum=True, description="with privacy_radius_m")
@@ -164,6 +187,19 @@ SPEC_SCHEMAS = {
         },
         required=("id", "title", "mechanism", "region", "cell_size_m"),
         description="Planar Laplace over a grid of cells (geo-indistinguishability)",
+    ),
+    EXPONENTIAL_GRID: Object(
+        {
+            **_COMMON,
+            "mechanism": String(enum=(EXPONENTIAL_GRID,)),
+            "epsilon": _GRID_EPSILON,
+            "region": REGION,
+            "cell_size_m": _CELL_SIZE,
+            "metric": _METRIC,
+        },
+        required=("id", "title", "mechanism", "region", "cell_size_m"),
+        description="The exponential mechanism over a grid's cells, score minus the Manhattan "
+        "or Euclidean distance, clamped into the grid",
     ),
     GEOMETRIC: Object(
         {
@@ -245,7 +281,10 @@ SERVER_FIELDS = frozenset({"status", "spec_hash", "created_at"})
 _SPEC_FIELDS = frozenset(name for schema in SPEC_SCHEMAS.values() for name in schema.properties)
 _PLANAR_ONLY = tuple(
     name
-    for name in SPEC_SCHEMAS[PLANAR_LAPLACE].properties
+    for name in {
+        **SPEC_SCHEMAS[PLANAR_LAPLACE].properties,
+        **SPEC_SCHEMAS[EXPONENTIAL_GRID].properties,
+    }
     if name not in SPEC_SCHEMAS[KRR].properties
 )
 _RANGE_FIELDS = ("lo", "hi")
@@ -256,8 +295,9 @@ class CampaignSpec:
     """The immutable description of a collection campaign.
 
     ``epsilon`` is the local-DP parameter for ``rr`` and ``krr``, the
-    geo-indistinguishability parameter, per metre, for ``planar_laplace``, and
-    per unit of the range ``[lo, hi]`` for ``geometric``.
+    geo-indistinguishability parameter, per metre, for ``planar_laplace`` and
+    ``exponential_grid`` (per metre of its ``metric``), and per unit of the
+    range ``[lo, hi]`` for ``geometric``.
     """
 
     id: str
@@ -271,6 +311,7 @@ class CampaignSpec:
     privacy_radius_m: float | None = None
     lo: int | None = None
     hi: int | None = None
+    metric: str | None = None
     domain_size: int | None = None
     enrollment_required: bool = False
 
@@ -308,14 +349,16 @@ class CampaignSpec:
             for field in _RANGE_FIELDS:
                 if field in data:
                     raise SpecError(f"{field} applies only to geometric", field=field)
+        if mechanism != EXPONENTIAL_GRID and "metric" in data:
+            raise SpecError("metric applies only to exponential_grid", field="metric")
         if mechanism not in ORACLES and "domain_size" in data:
             raise SpecError(
                 f"domain_size applies only to {' and '.join(ORACLES)}", field="domain_size"
             )
         if mechanism in ORACLES:
             return cls._oracle_from_dict(data, mechanism, common)
-        if mechanism == PLANAR_LAPLACE:
-            return cls._planar_from_dict(data, common, stored=stored)
+        if mechanism in GRID_MECHANISMS:
+            return cls._planar_from_dict(data, mechanism, common, stored=stored)
         if mechanism == GEOMETRIC:
             return cls._geometric_from_dict(data, common)
         return cls._categorical_from_dict(data, mechanism, common)
@@ -347,7 +390,9 @@ class CampaignSpec:
     ) -> CampaignSpec:
         for field in _PLANAR_ONLY:
             if field in data:
-                raise SpecError(f"{field} applies only to planar_laplace", field=field)
+                raise SpecError(
+                    f"{field} applies only to planar_laplace and exponential_grid", field=field
+                )
         if "epsilon" not in data:
             raise SpecError("epsilon is required", field="epsilon")
         epsilon = _CATEGORICAL_EPSILON.check(data["epsilon"], "epsilon", SpecError)
@@ -375,7 +420,9 @@ class CampaignSpec:
     ) -> CampaignSpec:
         for field in _PLANAR_ONLY:
             if field in data:
-                raise SpecError(f"{field} applies only to planar_laplace", field=field)
+                raise SpecError(
+                    f"{field} applies only to planar_laplace and exponential_grid", field=field
+                )
         if "epsilon" not in data:
             raise SpecError("epsilon is required", field="epsilon")
         epsilon = _CATEGORICAL_EPSILON.check(data["epsilon"], "epsilon", SpecError)
@@ -394,13 +441,13 @@ class CampaignSpec:
 
     @classmethod
     def _planar_from_dict(
-        cls, data: dict[str, Any], common: dict[str, Any], *, stored: bool
+        cls, data: dict[str, Any], mechanism: str, common: dict[str, Any], *, stored: bool
     ) -> CampaignSpec:
         if "domain" in data:
-            raise SpecError("planar_laplace takes a region, not a domain", field="domain")
-        region = cls._parse_region(data.get("region"), bound_distortion=not stored)
+            raise SpecError(f"{mechanism} takes a region, not a domain", field="domain")
+        region = cls._parse_region(data.get("region"), mechanism, bound_distortion=not stored)
         if "cell_size_m" not in data:
-            raise SpecError("cell_size_m is required for planar_laplace", field="cell_size_m")
+            raise SpecError(f"cell_size_m is required for {mechanism}", field="cell_size_m")
         cell = _CELL_SIZE.check(data["cell_size_m"], "cell_size_m", SpecError)
         grid = Grid(region, cell)
         if grid.n_cells > MAX_CELLS:
@@ -411,6 +458,13 @@ class CampaignSpec:
             )
         level: float | None = None
         radius: float | None = None
+        if mechanism == EXPONENTIAL_GRID:
+            for field in ("privacy_level", "privacy_radius_m"):
+                if field in data:
+                    raise SpecError(
+                        f"{field} applies only to planar_laplace; exponential_grid takes epsilon",
+                        field=field,
+                    )
         if "privacy_level" in data or "privacy_radius_m" in data:
             if "privacy_level" not in data or "privacy_radius_m" not in data:
                 field = "privacy_radius_m" if "privacy_level" in data else "privacy_level"
@@ -418,7 +472,8 @@ class CampaignSpec:
             level = _PRIVACY_LEVEL.check(data["privacy_level"], "privacy_level", SpecError)
             radius = _PRIVACY_RADIUS.check(data["privacy_radius_m"], "privacy_radius_m", SpecError)
         if "epsilon" in data:
-            epsilon = _PLANAR_EPSILON.check(data["epsilon"], "epsilon", SpecError)
+            described = _PLANAR_EPSILON if mechanism == PLANAR_LAPLACE else _GRID_EPSILON
+            epsilon = described.check(data["epsilon"], "epsilon", SpecError)
             if (
                 level is not None
                 and radius is not None
@@ -435,25 +490,38 @@ class CampaignSpec:
             raise SpecError(
                 "give epsilon (per metre) or privacy_level with privacy_radius_m", field="epsilon"
             )
-        try:
-            check_planar_epsilon(epsilon, grid)
-        except ValueError as exc:
-            field = "epsilon" if "epsilon" in data else "privacy_level"
-            raise SpecError(str(exc), field=field) from None
+        field = "epsilon" if "epsilon" in data else "privacy_level"
+        metric: str | None = None
+        if mechanism == EXPONENTIAL_GRID:
+            metric = _METRIC.check(data.get("metric", MANHATTAN), "metric", SpecError)
+            step = epsilon * cell
+            if not MIN_GRID_STEP_EPSILON <= step <= MAX_GRID_STEP_EPSILON:
+                raise SpecError(
+                    f"epsilon {epsilon!r} per metre times the {cell:g} m cells is {step:.6g}; "
+                    f"exponential_grid takes {MIN_GRID_STEP_EPSILON} to {MAX_GRID_STEP_EPSILON} "
+                    "(the loss between neighbouring cells)",
+                    field=field,
+                )
+        else:
+            try:
+                check_planar_epsilon(epsilon, grid)
+            except ValueError as exc:
+                raise SpecError(str(exc), field=field) from None
         return cls(
-            mechanism=PLANAR_LAPLACE,
+            mechanism=mechanism,
             epsilon=epsilon,
             region=region,
             cell_size_m=cell,
             privacy_level=level,
             privacy_radius_m=radius,
+            metric=metric,
             **common,
         )
 
     @staticmethod
-    def _parse_region(raw: Any, *, bound_distortion: bool = True) -> Region:
+    def _parse_region(raw: Any, mechanism: str, *, bound_distortion: bool = True) -> Region:
         if raw is None:
-            raise SpecError("region is required for planar_laplace", field="region")
+            raise SpecError(f"region is required for {mechanism}", field="region")
         values = REGION.check(raw, "region", SpecError)
         for axis in ("lat", "lon"):
             if not values[f"{axis}_min"] < values[f"{axis}_max"]:
@@ -494,6 +562,8 @@ class CampaignSpec:
         if self.region is not None:
             out["region"] = self.region.to_dict()
             out["cell_size_m"] = self.cell_size_m
+        if self.metric is not None and self.metric != MANHATTAN:
+            out["metric"] = self.metric  # the default, manhattan, is left out
         if self.privacy_level is not None:
             out["privacy_level"] = self.privacy_level
             out["privacy_radius_m"] = self.privacy_radius_m

@@ -37,7 +37,8 @@ INTEGER_VALUE = Number(
 LOCATION_VALUE = Object(
     {"lat": Number(), "lon": Number()},
     required=("lat", "lon"),
-    description="the centre of a cell of the campaign's report grid (planar_laplace)",
+    description="the centre of a cell of the campaign's report grid (planar_laplace, "
+    "exponential_grid)",
 )
 REPORT = Object(
     {

@@ -40,11 +40,10 @@ from aggregator.estimation.advice import (
     rank_range,
 )
 from aggregator.estimation.estimators import default_estimator
-from aggregator.estimation.ordinal import ManhattanGridChannel
 from shared.geo import EARTH_RADIUS_M, Grid, Region
 from shared.mechanisms import EXPONENTIAL_GRID, KRR, ExponentialGrid, Mechanism, PlanarLaplace
+from shared.spec import EUCLIDEAN, PLANAR_LAPLACE
 from shared.spec import KRR as KRR_NAME
-from shared.spec import PLANAR_LAPLACE
 from simulate.metrics import earth_movers_distance
 from simulate.populations import Population, cell_labels
 from simulate.sampling import sample
@@ -53,7 +52,6 @@ from simulate.sampling import sample
 WINDOW_CELLS = 24
 DEFAULT_TRIALS = 2
 DEFAULT_SEED = 0
-EUCLIDEAN = "euclidean"
 
 
 def advise(
@@ -110,24 +108,6 @@ def simulation_grid(grid: Grid) -> Grid:
     return Grid(window, grid.cell_size_m)
 
 
-def _euclidean_grid(epsilon: float, grid: Grid) -> Mechanism | None:
-    """A Euclidean exponential mechanism on ``grid``, where this installation has one."""
-    try:
-        mechanism = ExponentialGrid(epsilon=epsilon, grid=grid, metric=EUCLIDEAN)  # type: ignore[call-arg]
-    except TypeError:
-        return None
-    return mechanism if getattr(mechanism, "metric", None) == EUCLIDEAN else None
-
-
-def _channel(mechanism: Mechanism) -> Any:
-    try:
-        return channel_for(mechanism)
-    except TypeError:
-        if isinstance(mechanism, ExponentialGrid):
-            return ManhattanGridChannel(mechanism)
-        raise
-
-
 def _candidates(grid: Grid, epsilon: float) -> list[tuple[str, Mechanism, str, dict[str, Any]]]:
     """(wire name, mechanism, why, details) for each mechanism simulated on ``grid``."""
     found: list[tuple[str, Mechanism, str, dict[str, Any]]] = [
@@ -162,16 +142,14 @@ def _candidates(grid: Grid, epsilon: float) -> list[tuple[str, Mechanism, str, d
             {"metric": "manhattan"},
         )
     )
-    euclidean = _euclidean_grid(epsilon, grid)
-    if euclidean is not None:
-        found.append(
-            (
-                EXPONENTIAL_GRID,
-                euclidean,
-                "the exponential mechanism over cells, Euclidean distance",
-                {"metric": EUCLIDEAN},
-            )
+    found.append(
+        (
+            EXPONENTIAL_GRID,
+            ExponentialGrid(epsilon=epsilon, grid=grid, metric=EUCLIDEAN),
+            "the exponential mechanism over cells, Euclidean distance",
+            {"metric": EUCLIDEAN},
         )
+    )
     return found
 
 
@@ -200,7 +178,7 @@ def rank_grid(
     options = []
     for index, (name, mechanism, why, details) in enumerate(_candidates(simulated, epsilon)):
         started = time.perf_counter()
-        channel = _channel(mechanism)
+        channel = channel_for(mechanism)
         emds, errors = [], []
         for trial in range(trials):
             generator = np.random.default_rng([seed, trial, index])

@@ -20,7 +20,16 @@ import click
 from aggregator.estimation import METHODS
 from shared.errors import LDPError
 from shared.geo import Grid
-from shared.spec import GEOMETRIC, KRR, OLH_NAME, OUE_NAME, PLANAR_LAPLACE, CampaignSpec
+from shared.spec import (
+    EXPONENTIAL_GRID,
+    GEOMETRIC,
+    GRID_MECHANISMS,
+    KRR,
+    OLH_NAME,
+    OUE_NAME,
+    PLANAR_LAPLACE,
+    CampaignSpec,
+)
 from simulate.advisor import DEFAULT_SEED, DEFAULT_TRIALS, format_advice
 from simulate.advisor import advise as advise_mechanisms
 from simulate.options import (
@@ -94,8 +103,8 @@ def main() -> None:
     "epsilons",
     type=CommaList(parse_epsilon),
     multiple=True,
-    help="Epsilons to sweep, e.g. 0.5,1,2 or ln(2)/100 (per metre for planar_laplace, per unit "
-    "for geometric).",
+    help="Epsilons to sweep, e.g. 0.5,1,2 or ln(2)/100 (per metre for planar_laplace and "
+    "exponential_grid, per unit for geometric).",
 )
 @click.option(
     "-n",
@@ -175,7 +184,7 @@ def run(**options: Any) -> None:
     type=Parsed("epsilon", parse_epsilon),
     help="The campaign's one epsilon, e.g. 1 or ln(2)/100 [default: the spec's; otherwise "
     f"{DEFAULT_EPSILONS[KRR].split(',')[0]}, or {DEFAULT_EPSILONS[PLANAR_LAPLACE].split(',')[0]} "
-    "for planar_laplace].",
+    "for planar_laplace and exponential_grid].",
 )
 @click.option(
     "-n",
@@ -410,7 +419,7 @@ def _existing_campaign(
 
 
 def _grid(options: dict[str, Any], template: dict[str, Any] | None) -> Grid | None:
-    if template is not None and template["mechanism"] == PLANAR_LAPLACE:
+    if template is not None and template["mechanism"] in GRID_MECHANISMS:
         spec = CampaignSpec.from_dict(template)
         return spec.grid
     if options["region"]:
@@ -433,9 +442,10 @@ def _population(options: dict[str, Any], template: dict[str, Any] | None) -> Pop
         return Population.from_csv_points(
             options["csv_path"], grid, cell_size_m=options["cell_size_m"]
         )
-    if template is not None and template["mechanism"] == PLANAR_LAPLACE:
+    if template is not None and template["mechanism"] in GRID_MECHANISMS:
         raise click.UsageError(
-            f"a planar_laplace campaign needs a location population ({', '.join(LOCATION)})"
+            f"a {template['mechanism']} campaign needs a location population "
+            f"({', '.join(LOCATION)})"
         )
     labels = _template_labels(template)
     if labels is None and (template is None and options["mechanism"] == GEOMETRIC):
@@ -473,7 +483,7 @@ def _default_methods(mechanism: str) -> list[str]:
     """Every method; for the large-domain oracles all but IBU, whose every iteration hashes
     every value under every seed (ask for it with -m ibu, best with --ibu-iterations)."""
     if mechanism in ORACLE_MECHANISMS:
-        return [m for m in ALL_METHODS if m != "ibu"]
+        return [m for m in ALL_METHODS if m not in ("ibu", "empirical_bayes")]
     return list(ALL_METHODS)
 
 
@@ -494,8 +504,14 @@ def _specs(
     population: Population,
     epsilons: list[float],
 ) -> list[CampaignSpec]:
+    if options.get("metric") and (
+        (template or {}).get("mechanism", options["mechanism"]) != EXPONENTIAL_GRID
+    ):
+        raise click.UsageError("--metric applies to --mechanism exponential_grid only")
     if template is not None:
         base = dict(template)
+        if options.get("metric") and base.get("metric", "manhattan") != options["metric"]:
+            raise click.UsageError("--metric disagrees with the --spec file's metric")
     else:
         mechanism = options["mechanism"] or (PLANAR_LAPLACE if population.is_location else KRR)
         base = {
@@ -503,11 +519,13 @@ def _specs(
             "title": "Simulation",
             "mechanism": mechanism,
         }
-        if mechanism == PLANAR_LAPLACE:
+        if mechanism in GRID_MECHANISMS:
             if population.grid is None:
-                raise click.UsageError("planar_laplace needs a location population")
+                raise click.UsageError(f"{mechanism} needs a location population")
             base["region"] = population.grid.region.to_dict()
             base["cell_size_m"] = population.grid.cell_size_m
+            if mechanism == EXPONENTIAL_GRID and options.get("metric"):
+                base["metric"] = options["metric"]
         elif mechanism == GEOMETRIC:
             if population.is_location:
                 raise click.UsageError("geometric needs a categorical population (its range)")

@@ -16,9 +16,12 @@ import click
 from shared.geo import Region
 from shared.schema import is_positive_finite
 from shared.spec import (
+    EXPONENTIAL_GRID,
     GEOMETRIC,
+    GRID_METRICS,
     HADAMARD_RESPONSE,
     KRR,
+    MANHATTAN,
     OLH_NAME,
     OUE_NAME,
     PLANAR_LAPLACE,
@@ -34,6 +37,7 @@ DEFAULT_EPSILONS = {
     RR: "0.5,1,2,4",
     PLANAR_LAPLACE: "0.005,0.01,0.02",
     GEOMETRIC: "0.1,0.25,0.5,1",
+    EXPONENTIAL_GRID: "0.005,0.01,0.02",
     OLH_NAME: "0.5,1,2,4",
     OUE_NAME: "0.5,1,2,4",
     HADAMARD_RESPONSE: "0.5,1,2,4",
@@ -217,12 +221,21 @@ population_options = option_group(
     ),
     click.option(
         "--mechanism",
-        type=click.Choice((KRR, RR, PLANAR_LAPLACE, GEOMETRIC, *ORACLE_MECHANISMS)),
+        type=click.Choice(
+            (KRR, RR, PLANAR_LAPLACE, GEOMETRIC, EXPONENTIAL_GRID, *ORACLE_MECHANISMS)
+        ),
         help="Default: planar_laplace for locations, krr for categories. krr on a location "
         "population uses the grid cells as its domain; geometric takes the k categories as "
-        "the integers --lo .. --lo + k - 1; olh, oue and hadamard_response take them as the "
+        "the integers --lo .. --lo + k - 1; exponential_grid takes a location population "
+        "and --metric; olh, oue and hadamard_response take them as the "
         "integers 0 .. k - 1 (domain_size k; oue is simulated in process only, the service does "
         "not collect it).",
+    ),
+    click.option(
+        "--metric",
+        type=click.Choice(GRID_METRICS),
+        default=None,
+        help=f"exponential_grid: the distance its score is minus [default: {MANHATTAN}].",
     ),
     click.option(
         "--lo",

@@ -16,6 +16,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from shared.spec import GRID_MECHANISMS
 from simulate.runner import NOISY, ResultRow, SimulationResult, Snapshot
 
 # Beyond this many categories the estimates are drawn as points sorted by truth, not bars.
@@ -40,6 +41,7 @@ METHOD_COLOURS = {
     "inversion": "tab:orange",
     "clip": "tab:green",
     "projection": "tab:red",
+    "empirical_bayes": "tab:purple",
     NOISY: "tab:gray",
 }
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -50,7 +52,7 @@ def _stem(snapshot: Snapshot) -> str:
 
 
 def _title(snapshot: Snapshot) -> str:
-    unit = "/m" if snapshot.spec.mechanism == "planar_laplace" else ""
+    unit = "/m" if snapshot.spec.mechanism in GRID_MECHANISMS else ""
     return (
         f"{snapshot.spec.mechanism}, epsilon = {snapshot.spec.epsilon:.4g}{unit}, n = {snapshot.n}"
     )
@@ -127,7 +129,7 @@ def method_colours(methods: Sequence[str]) -> dict[str, str]:
 
 def epsilon_axis_label(mechanism: str) -> str:
     """The epsilon axis's title with its unit (per metre for locations)."""
-    if mechanism == "planar_laplace":
+    if mechanism in GRID_MECHANISMS:
         return "epsilon (per metre, log scale)"
     return "epsilon (per report, log scale)"
 

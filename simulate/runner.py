@@ -34,13 +34,16 @@ from aggregator.estimation import (
     SingularChannelError,
     channel_for,
 )
+from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.estimators import (
     clip_and_normalise,
     cross_validated_ibu,
+    empirical_bayes,
+    has_empirical_bayes,
     project_to_simplex,
 )
 from aggregator.estimation.oracles import oue_estimate
-from shared.mechanisms import Mechanism, PlanarLaplace
+from shared.mechanisms import GridMechanism, Mechanism
 from shared.oracles import OUE
 from shared.spec import OUE_NAME, CampaignSpec
 from simulate.metrics import Scores, score
@@ -162,11 +165,11 @@ def oue_runs(
 
 def check_compatible(population: Population, mechanism: Mechanism | OUE) -> None:
     """The population's inputs must be the mechanism's (same labels, or same grid)."""
-    if isinstance(mechanism, PlanarLaplace):
+    if isinstance(mechanism, GridMechanism):
         grid = population.grid
         if grid is None or (grid.rows, grid.cols) != (mechanism.grid.rows, mechanism.grid.cols):
             raise PopulationError(
-                "a planar Laplace campaign needs a location population on its grid",
+                f"a {mechanism.name} campaign needs a location population on its grid",
                 field="population",
             )
         return
@@ -236,7 +239,7 @@ def estimate_methods(
     runs: dict[str, MethodRun] = {}
     for method in methods:
         started = time.perf_counter()
-        fitted: IBU | MatrixInversion
+        fitted: IBU | KRREmpiricalBayes | MatrixInversion
         if method == NOISY:
             if channel.n_outputs != channel.n_inputs:
                 continue  # reports are not values (OLH, Hadamard response): no raw histogram
@@ -249,6 +252,10 @@ def estimate_methods(
                 fitted = IBU(stopping="tolerance", tol=0.0, seed=seed).fit(
                     counts, channel, n_iter=ibu_iterations
                 )
+        elif method == "empirical_bayes":
+            if not has_empirical_bayes(channel):
+                continue  # k-RR over three categories or more only
+            fitted = empirical_bayes(channel).fit(counts, channel)
         elif method in _POSTPROCESS:
             try:
                 fitted = MatrixInversion(postprocess=_POSTPROCESS[method]).fit(counts, channel)

@@ -22,6 +22,7 @@ from shared.mechanisms import (
     PlanarLaplace,
 )
 from shared.oracles import OLH, OUE
+from shared.spec import MANHATTAN
 
 
 @functools.singledispatch
@@ -75,6 +76,32 @@ def _geometric(mechanism: Geometric, x: np.ndarray, generator: np.random.Generat
     return _clamped_geometric(x, mechanism.epsilon, mechanism.n_outputs, generator)
 
 
+def _euclidean_offsets(
+    step: float, size: int, generator: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Lattice offsets with probability proportional to ``exp(-step * sqrt(di^2 + dj^2))``.
+
+    The device's rejection sampler in floats: two-sided geometrics of step
+    ``step / sqrt(2)`` per axis, accepted with probability
+    ``exp(-(step * d_E - step * d_M / sqrt(2)))``, redrawn where rejected.
+    """
+    di = np.zeros(size, dtype=np.int64)
+    dj = np.zeros(size, dtype=np.int64)
+    pending = np.arange(size)
+    proposal = step / np.sqrt(2.0)
+    success = -np.expm1(-proposal)
+    while pending.size:
+        n = pending.size
+        i = generator.geometric(success, n) - generator.geometric(success, n)
+        j = generator.geometric(success, n) - generator.geometric(success, n)
+        excess = step * np.hypot(i, j) - proposal * (np.abs(i) + np.abs(j))
+        accept = generator.random(n) < np.exp(-np.maximum(excess, 0.0))
+        di[pending[accept]] = i[accept]
+        dj[pending[accept]] = j[accept]
+        pending = pending[~accept]
+    return di, dj
+
+
 @sample.register
 def _exponential_grid(
     mechanism: ExponentialGrid, x: np.ndarray, generator: np.random.Generator
@@ -82,8 +109,13 @@ def _exponential_grid(
     grid = mechanism.grid
     row, col = np.divmod(np.asarray(x, dtype=np.int64), grid.cols)
     step = float(mechanism.step_epsilon)
-    row = _clamped_geometric(row, step, grid.rows, generator)
-    col = _clamped_geometric(col, step, grid.cols, generator)
+    if mechanism.metric == MANHATTAN:
+        row = _clamped_geometric(row, step, grid.rows, generator)
+        col = _clamped_geometric(col, step, grid.cols, generator)
+    else:
+        di, dj = _euclidean_offsets(step, row.size, generator)
+        row = np.clip(row + di.reshape(row.shape), 0, grid.rows - 1)
+        col = np.clip(col + dj.reshape(col.shape), 0, grid.cols - 1)
     return row * grid.cols + col
 
 

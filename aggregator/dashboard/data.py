@@ -2,7 +2,8 @@
 
 Nothing here computes an estimate of its own: the estimate shown is exactly
 :func:`aggregator.http.estimates.estimate_response`, the body of the estimate API,
-so a chart and the API can never disagree. For planar campaigns the payload
+so a chart and the API can never disagree. For grid campaigns (planar Laplace,
+the exponential mechanism on a grid) the payload
 adds the heatmap layers on the campaign's lat/lon grid: the share of noisy
 reports per cell (from the stored counts) and the reconstructed distribution,
 both taken from the same snapshot of the counts.
@@ -17,18 +18,28 @@ from typing import Any
 
 from aggregator.estimation.advice import expected_error
 from aggregator.storage.store import Campaign, CampaignStore
-from shared.spec import GEOMETRIC, HADAMARD_RESPONSE, OLH_NAME, PLANAR_LAPLACE, CampaignSpec
+from shared.spec import (
+    EXPONENTIAL_GRID,
+    GEOMETRIC,
+    GRID_MECHANISMS,
+    HADAMARD_RESPONSE,
+    OLH_NAME,
+    PLANAR_LAPLACE,
+    CampaignSpec,
+)
 
 MECHANISM_NAMES = {
     "rr": "Randomized response",
     "krr": "k-ary randomized response",
     PLANAR_LAPLACE: "Planar Laplace",
     GEOMETRIC: "Geometric (discrete Laplace)",
+    EXPONENTIAL_GRID: "Exponential mechanism on a grid",
     HADAMARD_RESPONSE: "Hadamard response",
     OLH_NAME: "Optimized local hashing (OLH)",
 }
 METHOD_NAMES = {
-    "ibu": "Default (IBU or empirical Bayes)",
+    "ibu": "IBU (cross-validated)",
+    "empirical_bayes": "Empirical Bayes",
     "inversion": "Matrix inversion (unbiased)",
     "clip": "Inversion, clipped and renormalised",
     "projection": "Inversion, projected onto the simplex",
@@ -49,6 +60,8 @@ def epsilon_text(campaign: Campaign) -> str:
     spec = campaign.spec
     if spec.mechanism == GEOMETRIC:
         return f"{spec.epsilon:g} per unit"
+    if spec.mechanism == EXPONENTIAL_GRID:
+        return f"{spec.epsilon:g} per m of {spec.metric} distance"
     if spec.mechanism != PLANAR_LAPLACE:
         return f"{spec.epsilon:g}"
     text = f"{spec.epsilon:g} per m"
@@ -174,10 +187,10 @@ def heatmap_layers(campaign: Campaign, counts: dict[int, int], estimate: dict) -
 
 
 def estimate_payload(store: CampaignStore, campaign: Campaign, body: dict) -> dict[str, Any]:
-    """The estimate API's ``body``, plus the heatmap layers for planar campaigns."""
+    """The estimate API's ``body``, plus the heatmap layers for grid campaigns."""
     payload = dict(body)
     method = payload["method"]
     payload["method_name"] = METHOD_NAMES.get(method, method)
-    if campaign.spec.mechanism == PLANAR_LAPLACE:
+    if campaign.spec.mechanism in GRID_MECHANISMS:
         payload["heatmap"] = heatmap_layers(campaign, store.counts(campaign.spec.id), payload)
     return payload

@@ -16,14 +16,13 @@ import flask
 
 from aggregator.dashboard import data, sessions
 from aggregator.dashboard.sessions import data_login_required, page_login_required
-from aggregator.estimation import METHODS
 from aggregator.http import estimates, export
 from aggregator.http.errors import APIError
 from aggregator.http.routes import bounded_estimate, load_campaign
 from aggregator.services import current_settings, get_store
 from aggregator.storage.store import Campaign, CampaignNotFound
 from shared.errors import ValidationError
-from shared.spec import GEOMETRIC, PLANAR_LAPLACE
+from shared.spec import GEOMETRIC, GRID_MECHANISMS
 
 # plotly's styles are injected at run time, hence 'unsafe-inline' for styles only.
 CONTENT_SECURITY_POLICY = (
@@ -141,7 +140,7 @@ def campaign_page(campaign_id: str) -> Any:
     spec = campaign.spec
     store = get_store()
     last = store.last_report_times([spec.id])[spec.id]
-    planar = spec.mechanism == PLANAR_LAPLACE
+    planar = spec.mechanism in GRID_MECHANISMS  # a map of the grid's cells
     ordinal = spec.mechanism == GEOMETRIC
     return flask.render_template(
         "dashboard/campaign.html",
@@ -152,7 +151,10 @@ def campaign_page(campaign_id: str) -> Any:
         value_range=(spec.lo, spec.hi) if ordinal else None,
         domain_size=None if planar or ordinal else spec.domain_size or len(spec.domain or ()),
         expected_error=data.expected_error_at(campaign),
-        methods=[(m, data.METHOD_NAMES.get(m, m)) for m in METHODS],
+        methods=[
+            (m, data.METHOD_NAMES.get(m, m))
+            for m in estimates.applicable_methods(campaign.mechanism)
+        ],
         default_method=estimates.default_method(campaign.mechanism),
         # An oracle's estimate lists its top values only (estimates.ORACLE_TOP_ROWS).
         listed_rows=estimates.ORACLE_TOP_ROWS if estimates.is_oracle(campaign.mechanism) else None,

@@ -49,23 +49,28 @@ from typing import Any
 import numpy as np
 
 from shared.errors import SpecError
-from shared.mechanisms import EXPONENTIAL_GRID, Geometric
+from shared.mechanisms import Geometric
 from shared.spec import (
     ADVISED_SCHEMA,
     DEFAULT_EXPECTED_USERS,
+    EUCLIDEAN,
+    EXPONENTIAL_GRID,
     GEOMETRIC,
     HADAMARD_RESPONSE,
     KRR,
+    MANHATTAN,
     MAX_EPSILON,
     MAX_RANGE_VALUES,
     MECHANISMS,
+    OLH_NAME,
+    OUE_NAME,
     PLANAR_LAPLACE,
     RR,
     CampaignSpec,
 )
 
-OLH = "olh"
-OUE = "oue"
+OLH = OLH_NAME
+OUE = OUE_NAME
 CATEGORICAL_MECHANISMS = (RR, KRR, OLH, OUE, HADAMARD_RESPONSE)
 # The geometric closed form holds a few arrays of the range's size.
 MAX_ADVISED_RANGE = 10_000_000
@@ -299,21 +304,24 @@ def rank_region(cell_size_m: float, epsilon: float) -> list[Option]:
         )
     ]
     if hosted(EXPONENTIAL_GRID):
-        # Two discrete Laplaces per axis at epsilon / sqrt(2) per Manhattan metre: mean
-        # |row step| + |column step| cells.
-        alpha = math.exp(-epsilon / math.sqrt(2) * cell_size_m)
-        step = 2 * alpha / (1 - alpha * alpha)
-        options.append(
-            Option(
-                mechanism=EXPONENTIAL_GRID,
-                expected_mse=None,
-                epsilon=epsilon / math.sqrt(2),
-                basis=PROXY,
-                why="the exponential mechanism over cells (Manhattan)",
-                hosted=True,
-                details={"mean_displacement_m": 2 * step * cell_size_m},
+        from aggregator.estimation.grid_kernel import mean_displacement_cells
+
+        # Manhattan at epsilon / sqrt(2) per Manhattan metre: no two places less protected
+        # than at epsilon per straight-line metre (the Manhattan distance is at most sqrt(2)
+        # times it). Displacements are straight-line metres for every mechanism.
+        for metric, per_metre in ((EUCLIDEAN, epsilon), (MANHATTAN, epsilon / math.sqrt(2))):
+            cells = mean_displacement_cells(per_metre * cell_size_m, metric)
+            options.append(
+                Option(
+                    mechanism=EXPONENTIAL_GRID,
+                    expected_mse=None,
+                    epsilon=per_metre,
+                    basis=PROXY,
+                    why=f"the exponential mechanism over cells ({metric} distance)",
+                    hosted=True,
+                    details={"metric": metric, "mean_displacement_m": cells * cell_size_m},
+                )
             )
-        )
     return sorted(options, key=lambda o: o.details["mean_displacement_m"])
 
 
@@ -327,6 +335,12 @@ def expected_error(spec: CampaignSpec, n: int) -> dict[str, Any] | None:
         return None
     if spec.mechanism == PLANAR_LAPLACE:
         return {"mean_displacement_m": 2.0 / spec.epsilon, "basis": PROXY}
+    if spec.mechanism == EXPONENTIAL_GRID and spec.cell_size_m is not None:
+        from aggregator.estimation.grid_kernel import mean_displacement_cells
+
+        cell = spec.cell_size_m
+        cells = mean_displacement_cells(spec.epsilon * cell, spec.metric or "manhattan")
+        return {"mean_displacement_m": cells * cell, "basis": PROXY}
     if spec.mechanism == GEOMETRIC and spec.lo is not None and spec.hi is not None:
         mse = geometric_mse(spec.hi - spec.lo + 1, spec.epsilon, n)
         return {"expected_mse": mse, "basis": CLOSED_FORM + " (uniform users)"}
@@ -407,7 +421,11 @@ def _advised_ranking(values: dict[str, Any], n: int) -> tuple[list[Option], list
             "give epsilon (per metre) or privacy_level with privacy_radius_m", field="epsilon"
         )
     ranking = rank_region(values["cell_size_m"], epsilon)
-    return ranking, [region_fields for _ in ranking]
+    # Only planar Laplace's spec takes the privacy level form; the others get its epsilon.
+    grid_fields = {"region": values["region"], "cell_size_m": values["cell_size_m"]}
+    return ranking, [
+        region_fields if o.mechanism == PLANAR_LAPLACE else grid_fields for o in ranking
+    ]
 
 
 def advise_spec(data: Any) -> tuple[CampaignSpec, dict[str, Any]]:
@@ -429,6 +447,8 @@ def advise_spec(data: Any) -> tuple[CampaignSpec, dict[str, Any]]:
         if not option.hosted:
             continue
         body: dict[str, Any] = {**common, **extra, "mechanism": option.mechanism}
+        if "metric" in option.details:
+            body["metric"] = option.details["metric"]
         if option.mechanism != PLANAR_LAPLACE:
             body["epsilon"] = option.epsilon
         try:

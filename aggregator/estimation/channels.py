@@ -10,10 +10,13 @@ itself, only these two products:
   its reports (length ``n_inputs``).
 
 :class:`DenseChannel` is the plain reference; :class:`KRRChannel` applies
-k-RR's ``(p - q) I + q 11^T`` in O(k); :class:`PlanarLaplaceChannel` applies
-the grid channel as an FFT convolution plus the exact fold of the remapping,
-never forming the ``g^2 x g^2`` matrix; the geometric mechanism's channel
-(:mod:`aggregator.estimation.ordinal`) runs two recursive filters in O(m).
+k-RR's ``(p - q) I + q 11^T`` in O(k); :class:`GridKernelChannel` applies a
+clamped translation-invariant grid channel (planar Laplace, the Euclidean
+exponential mechanism) as an FFT convolution plus the exact fold of the
+remapping, never forming the ``g^2 x g^2`` matrix; the geometric mechanism's
+channel and the Manhattan exponential mechanism's
+(:mod:`aggregator.estimation.ordinal`) run recursive filters in O(m) and
+O(cells).
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ import scipy.linalg
 from scipy.sparse.linalg import LinearOperator, gmres
 
 from aggregator.estimation import fftw, krr_steps, planar_steps
+from aggregator.estimation.grid_kernel import euclidean_kernel, manhattan_kernel
 from aggregator.estimation.planar_kernel import kernel as planar_kernel
-from shared.mechanisms import KRR, Geometric, Mechanism, PlanarLaplace
+from shared.mechanisms import KRR, ExponentialGrid, Geometric, Mechanism, PlanarLaplace
+from shared.spec import MANHATTAN
 
 # Channels up to this many inputs are inverted through a dense LU factorisation.
 DENSE_SOLVE_LIMIT = 2500
@@ -222,9 +227,9 @@ class KRRChannel(Channel):
 
 
 class _PlanarIBUSteps(planar_steps.GridSteps):
-    """IBU's steps on a planar channel, run by compiled loops around FFTW's plans."""
+    """IBU's steps on a grid convolution channel, run by compiled loops around FFTW's plans."""
 
-    def __init__(self, channel: PlanarLaplaceChannel, counts: np.ndarray):
+    def __init__(self, channel: GridKernelChannel, counts: np.ndarray):
         super().__init__(channel, counts)
         bordered = np.zeros((channel.rows + 1, channel.cols + 1))
         self._loops.ibu_forward(*self._operands(), self._p, self._predicted, bordered)
@@ -256,14 +261,18 @@ class _PlanarIBUSteps(planar_steps.GridSteps):
         )
 
 
-class PlanarLaplaceChannel(Channel):
-    """Planar Laplace on a ``rows x cols`` grid, with remapping into the grid.
+class GridKernelChannel(Channel):
+    """Translation-invariant noise on a ``rows x cols`` grid, clamped into the grid.
 
     A report lands in cell ``clip(x + d)`` where ``d`` is the noise offset in
-    cells and ``clip`` clamps each index into the grid (the nearest-point
-    remapping). Offsets of ``rows`` or more (``cols`` or more) always clamp to
-    the edge, so the kernel is truncated there with its tail folded in (see
-    :func:`planar_kernel.kernel`) and nothing is approximated.
+    cells, drawn from a kernel that does not depend on ``x``, and ``clip``
+    clamps each index into the grid (the nearest-point remapping). Offsets of
+    ``rows`` or more (``cols`` or more) always clamp to the edge, so the
+    kernel is truncated there with its tail folded in and nothing is
+    approximated: ``kernel[di + rows, dj + cols]`` for ``|di| < rows``,
+    ``|dj| < cols``, its outer rows and columns holding everything at or
+    beyond (planar Laplace: :func:`planar_kernel.kernel`; the Euclidean
+    exponential mechanism: :func:`grid_kernel.euclidean_kernel`).
 
     The remapping is handled through cumulative sums instead of an extended
     grid. ``forward`` computes ``S[i, j] = P(report row <= i, report col <= j)``
@@ -281,10 +290,14 @@ class PlanarLaplaceChannel(Channel):
     (the cumulative sums are of order one).
     """
 
-    def __init__(self, *, epsilon: float, cell_size_m: float, rows: int, cols: int):
+    def __init__(self, kernel: np.ndarray, rows: int, cols: int):
+        if kernel.shape != (2 * rows + 1, 2 * cols + 1):
+            raise ValueError(
+                f"a {rows} x {cols} grid needs a kernel of {2 * rows + 1} x {2 * cols + 1}"
+            )
         self.rows, self.cols = rows, cols
         self.n_inputs = self.n_outputs = rows * cols
-        self.kernel = planar_kernel(epsilon, cell_size_m, rows, cols)
+        self.kernel = kernel
         cumulative = self.kernel.cumsum(axis=0).cumsum(axis=1)
         # Column j of S's last row: sum over y of colsum(p)[y] * marginal[j - y]; the extra
         # column of ones gives S's corner, the total mass.
@@ -440,6 +453,16 @@ class PlanarLaplaceChannel(Channel):
     def to_dense(self) -> np.ndarray:
         return self.dense_reference()
 
+    def row_of(self, x: int) -> np.ndarray:
+        """Row ``x`` of the matrix, summed from the kernel directly (no FFT)."""
+        rows, cols = self.rows, self.cols
+        row = np.zeros(rows * cols)
+        r, c = divmod(x, cols)
+        out_r = np.clip(r + np.arange(-rows, rows + 1), 0, rows - 1)
+        out_c = np.clip(c + np.arange(-cols, cols + 1), 0, cols - 1)
+        np.add.at(row, (out_r[:, None] * cols + out_c[None, :]).ravel(), self.kernel.ravel())
+        return row
+
     def dense_reference(self) -> np.ndarray:
         """The matrix built cell by cell from the kernel, without FFTs (tests only)."""
         rows, cols = self.rows, self.cols
@@ -453,6 +476,39 @@ class PlanarLaplaceChannel(Channel):
             target = out_r[:, None] * cols + out_c[None, :]
             np.add.at(matrix[x], target.ravel(), self.kernel.ravel())
         return matrix
+
+
+class PlanarLaplaceChannel(GridKernelChannel):
+    """Planar Laplace on a ``rows x cols`` grid, with remapping into the grid: the kernel is
+    the planar Laplace mass of each cell (:func:`planar_kernel.kernel`)."""
+
+    def __init__(self, *, epsilon: float, cell_size_m: float, rows: int, cols: int):
+        super().__init__(planar_kernel(epsilon, cell_size_m, rows, cols), rows, cols)
+
+
+class ManhattanKernelChannel(GridKernelChannel):
+    """The Manhattan exponential mechanism on a grid: the FFT convolution channel (and its
+    compiled IBU steps) on the product kernel, with the exact separable inverse.
+
+    The channel is the Kronecker product of the clamped geometric channels along the
+    rows and the columns, so ``p = q C^-1`` and the inversion's exact variance are
+    three taps per axis (:class:`aggregator.estimation.ordinal.ManhattanGridChannel`,
+    which applies the products with recursive filters instead).
+    """
+
+    def __init__(self, mechanism: ExponentialGrid):
+        from aggregator.estimation.ordinal import ManhattanGridChannel
+
+        grid = mechanism.grid
+        step = float(mechanism.step_epsilon)
+        super().__init__(manhattan_kernel(step, grid.rows, grid.cols), grid.rows, grid.cols)
+        self._separable = ManhattanGridChannel(mechanism)
+
+    def solve_with_info(self, q: np.ndarray) -> tuple[np.ndarray, bool]:
+        return self._separable.solve_with_info(q)
+
+    def inversion_second_moment(self, q: np.ndarray) -> np.ndarray:
+        return self._separable.inversion_second_moment(q)
 
 
 def channel_for(mechanism: Mechanism) -> Channel:
@@ -469,6 +525,12 @@ def channel_for(mechanism: Mechanism) -> Channel:
         from aggregator.estimation.ordinal import GeometricChannel
 
         return GeometricChannel(mechanism)
+    if isinstance(mechanism, ExponentialGrid):
+        grid = mechanism.grid
+        if mechanism.metric == MANHATTAN:
+            return ManhattanKernelChannel(mechanism)
+        kernel = euclidean_kernel(float(mechanism.step_epsilon), grid.rows, grid.cols)
+        return GridKernelChannel(kernel, grid.rows, grid.cols)
     from aggregator.estimation.oracles import HadamardChannel, OLHChannel
     from shared.mechanisms import HadamardResponse
     from shared.oracles import OLH

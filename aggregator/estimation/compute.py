@@ -11,11 +11,17 @@ import numpy as np
 
 from aggregator.estimation.channels import Channel, channel_for
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
-from aggregator.estimation.estimators import IBU, MatrixInversion, default_estimator
+from aggregator.estimation.estimators import (
+    IBU,
+    MatrixInversion,
+    cross_validated_ibu,
+    default_method,
+    empirical_bayes,
+)
 from aggregator.estimation.intervals import BOOTSTRAP_REPLICATES, confidence_interval
 from shared.mechanisms import Mechanism
 
-METHODS = ("ibu", "inversion", "clip", "projection")
+METHODS = ("ibu", "empirical_bayes", "inversion", "clip", "projection")
 INVERSION_DESCRIPTIONS = {
     "inversion": "matrix inversion (unbiased; entries may be negative)",
     "clip": "matrix inversion, negatives clipped to 0 and renormalised",
@@ -72,7 +78,7 @@ def estimate(
     mechanism: Mechanism,
     counts: Sequence[int] | np.ndarray,
     *,
-    method: str = "ibu",
+    method: str | None = None,
     confidence: float = 0.95,
     n_bootstrap: int | None = None,
     seed: int = 0,
@@ -80,40 +86,44 @@ def estimate(
 ) -> EstimateResult:
     """Estimate the true distribution from per-output report counts.
 
-    ``method`` is one of :data:`METHODS`; ``"ibu"``, the default, is the
-    estimator :func:`estimators.default_estimator` picks for the channel
-    (empirical Bayes for k-RR over three categories or more, else IBU with a
+    ``method`` is one of :data:`METHODS`, by default the one
+    :func:`estimators.default_method` picks for the channel (``"empirical_bayes"``
+    for k-RR over three categories or more, else ``"ibu"``: IBU with a
     cross-validated number of iterations). ``channel`` may be passed to
     reuse an operator across calls (the planar kernel is the costly part to
     build). The work is charged to the current thread's budget
     (:mod:`aggregator.estimation.budget`).
     """
-    if method not in METHODS:
+    if method is not None and method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     started = time.perf_counter()
     channel = channel if channel is not None else channel_for(mechanism)
+    method = method if method is not None else default_method(channel)
     counts = np.asarray(counts, dtype=float)
     fitted: IBU | KRREmpiricalBayes | MatrixInversion
-    if method == "ibu":
-        fitted = default_estimator(channel, seed=seed).fit(counts, channel)
+    details: dict[str, Any] = {}
+    if method == "empirical_bayes":
+        fitted = empirical_bayes(channel).fit(counts, channel)
         estimator = fitted.describe()
         warnings = tuple(fitted.warnings_)
-        details: dict[str, Any] = {}
-        if isinstance(fitted, KRREmpiricalBayes):
-            # k-RR's intervals do not depend on the estimator: this is never called for them.
-            def refit(redrawn: np.ndarray) -> np.ndarray:
-                return default_estimator(channel).fit(redrawn, channel).frequencies_
 
-        else:
-            n_iter = fitted.n_iter_
-            replay = IBU(stopping="tolerance", seed=seed)
+        # k-RR's intervals do not depend on the estimator: this is never called for them.
+        def refit(redrawn: np.ndarray) -> np.ndarray:
+            return empirical_bayes(channel).fit(redrawn, channel).frequencies_
 
-            def refit(redrawn: np.ndarray) -> np.ndarray:
-                return replay.fit(redrawn, channel, n_iter=n_iter).frequencies_
+    elif method == "ibu":
+        fitted = cross_validated_ibu(channel, seed=seed).fit(counts, channel)
+        estimator = fitted.describe()
+        warnings = tuple(fitted.warnings_)
+        n_iter = fitted.n_iter_
+        replay = IBU(stopping="tolerance", seed=seed)
 
-            details["stopping"] = "cross-validated held-out likelihood"
+        def refit(redrawn: np.ndarray) -> np.ndarray:
+            return replay.fit(redrawn, channel, n_iter=n_iter).frequencies_
+
+        details["stopping"] = "cross-validated held-out likelihood"
     else:
         postprocess = {"inversion": "none", "clip": "clip", "projection": "projection"}[method]
         fitted = MatrixInversion(postprocess=postprocess).fit(counts, channel)
@@ -124,7 +134,6 @@ def estimate(
         def refit(redrawn: np.ndarray) -> np.ndarray:
             return replica.fit(redrawn, channel).frequencies_
 
-        details = {}
     interval = confidence_interval(
         counts,
         channel,

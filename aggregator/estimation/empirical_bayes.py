@@ -108,9 +108,8 @@ class KRREmpiricalBayes:
         log_rows = distinct[:, None] * np.log(q) + (n - distinct)[:, None] * np.log1p(-q)
         q_flat = other + excess / k
         log_flat = distinct * np.log(q_flat) + (n - distinct) * np.log1p(-q_flat)
-        shift = np.maximum(log_rows.max(axis=1), log_flat)
+        shift = log_rows.max(axis=1)
         likelihood = np.exp(log_rows - shift[:, None])
-        flat = np.exp(log_flat - shift)
         weights = np.full(self.atoms, 1.0 / self.atoms)
         done = 0
         while done < self.em_steps:
@@ -123,7 +122,8 @@ class KRREmpiricalBayes:
         posterior_mean = (likelihood @ (weights * atoms)) / marginal
         shares = posterior_mean[row_of]
         shares /= shares.sum()
-        self.gain_ = float(np.sum(multiplicity * (np.log(marginal) - np.log(flat))))
+        # In logs with the shift put back: the flat likelihood can underflow beside the prior's.
+        self.gain_ = float(np.sum(multiplicity * (np.log(marginal) + shift - log_flat)))
         self.weight_ = 1.0
         if self.blend is not None:
             low, high = self.blend

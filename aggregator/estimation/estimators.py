@@ -405,20 +405,37 @@ def _paired_se(differences: np.ndarray) -> float:
     return float(np.sqrt(differences.size * np.var(differences, ddof=1)))
 
 
-def default_estimator(channel, *, seed: int = 0) -> IBU | KRREmpiricalBayes:
-    """The estimator the service uses by default for ``channel`` (see docs/estimation.md).
+def default_method(channel) -> str:
+    """The estimation method the service uses by default for ``channel`` (docs/estimation.md).
 
-    k-RR over three categories or more: empirical Bayes (posterior means under a
-    nonparametric prior fitted to the counts), with the raw report shares mixed in
-    where that prior is not clearly more likely than equal shares
-    (:data:`KRR_BLEND`). Otherwise IBU with its iteration count chosen by 10-fold
-    cross-validation; for randomized response the smallest count within half a
-    standard error of the best, because the held-out score is flat and noisy where
-    the reports carry little signal and the best-scoring count often overfits.
+    ``"empirical_bayes"`` for k-RR over three categories or more: posterior means under a
+    nonparametric prior fitted to the counts, with the raw report shares mixed in where
+    that prior is not clearly more likely than equal shares (:data:`KRR_BLEND`).
+    Otherwise ``"ibu"``: IBU with its iteration count chosen by 10-fold cross-validation;
+    for randomized response the smallest count within half a standard error of the best,
+    because the held-out score is flat and noisy where the reports carry little signal and
+    the best-scoring count often overfits.
     """
-    if isinstance(channel, KRRChannel) and channel.n_inputs > 2:
-        return KRREmpiricalBayes(blend=KRR_BLEND)
+    return "empirical_bayes" if has_empirical_bayes(channel) else "ibu"
+
+
+def has_empirical_bayes(channel) -> bool:
+    """Whether ``channel`` is k-RR over three categories or more, where empirical Bayes runs."""
+    return isinstance(channel, KRRChannel) and channel.n_inputs > 2
+
+
+def default_estimator(channel, *, seed: int = 0) -> IBU | KRREmpiricalBayes:
+    """The estimator of :func:`default_method` for ``channel``."""
+    if has_empirical_bayes(channel):
+        return empirical_bayes(channel)
     return cross_validated_ibu(channel, seed=seed)
+
+
+def empirical_bayes(channel) -> KRREmpiricalBayes:
+    """k-RR's empirical Bayes estimate as the default runs it (raw shares mixed in)."""
+    if not has_empirical_bayes(channel):
+        raise ValueError("empirical Bayes estimates k-RR over three categories or more")
+    return KRREmpiricalBayes(blend=KRR_BLEND)
 
 
 def cross_validated_ibu(channel, *, seed: int = 0) -> IBU:

@@ -26,7 +26,8 @@ from shared.mechanisms import ExponentialGrid, Geometric
 
 
 class ClampedGeometric:
-    """Products with the clamped geometric channel on ``m`` values, along one axis."""
+    """Products with the clamped geometric channel on ``m`` values, along one axis, and its
+    exact banded inverse (see :class:`GeometricChannel`). On one value the channel is 1."""
 
     def __init__(self, alpha: float, m: int):
         self.alpha = alpha
@@ -37,6 +38,32 @@ class ClampedGeometric:
         # a^x and a^(m-1-x): each true value's weight on the lower and the upper end.
         self._to_low = powers
         self._to_high = powers[::-1].copy()
+        # The inverse: the ends' scale s_y and the filter's centre tap d_x, over (1 - a)^2.
+        self._scale = np.ones(m)
+        self._scale[[0, -1]] = 1.0 - alpha
+        self._centre = np.full(m, 1.0 + alpha * alpha)
+        self._centre[[0, -1]] = 1.0
+        self._denominator = (1.0 - alpha) ** 2
+
+    def solve(self, q: np.ndarray, axis: int = -1) -> np.ndarray:
+        """The ``p`` with ``p C = q`` along ``axis``: three taps per value."""
+        if self.m == 1:
+            return np.asarray(q, dtype=float).copy()
+        r = self._scale * np.moveaxis(np.asarray(q, dtype=float), axis, -1)
+        p = self._centre * r
+        p[..., 1:] -= self.alpha * r[..., :-1]
+        p[..., :-1] -= self.alpha * r[..., 1:]
+        return np.moveaxis(p / self._denominator, -1, axis)
+
+    def squared_inverse(self, q: np.ndarray, axis: int = -1) -> np.ndarray:
+        """``sum_y (C^-1)[y, x]^2 q_y`` along ``axis``, from the squared taps."""
+        if self.m == 1:
+            return np.asarray(q, dtype=float).copy()
+        weighted = self._scale**2 * np.moveaxis(np.asarray(q, dtype=float), axis, -1)
+        moment = self._centre**2 * weighted
+        moment[..., 1:] += self.alpha**2 * weighted[..., :-1]
+        moment[..., :-1] += self.alpha**2 * weighted[..., 1:]
+        return np.moveaxis(moment / self._denominator**2, -1, axis)
 
     def _runs(self, v: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
         """(L, R): the discounted sums from below and from above, along ``axis``."""
@@ -46,6 +73,8 @@ class ClampedGeometric:
         return up, down
 
     def forward(self, p: np.ndarray, axis: int = -1) -> np.ndarray:
+        if self.m == 1:
+            return np.asarray(p, dtype=float).copy()
         p = np.moveaxis(np.asarray(p, dtype=float), axis, -1)
         up, down = self._runs(p, -1)
         q = self._inner * (up + down - p)
@@ -54,6 +83,8 @@ class ClampedGeometric:
         return np.moveaxis(q, -1, axis)
 
     def backward(self, u: np.ndarray, axis: int = -1) -> np.ndarray:
+        if self.m == 1:
+            return np.asarray(u, dtype=float).copy()
         u = np.moveaxis(np.asarray(u, dtype=float), axis, -1)
         inner = u.copy()
         inner[..., 0] = inner[..., -1] = 0.0
@@ -83,13 +114,6 @@ class GeometricChannel(Channel):
         self.n_inputs = self.n_outputs = mechanism.n_inputs
         self.alpha = mechanism.alpha
         self._axis = ClampedGeometric(mechanism.alpha, mechanism.n_inputs)
-        m, a = self.n_inputs, self.alpha
-        # The ends' scale s_y and the filter's centre tap d_x, over the common (1 - a)^2.
-        self._scale = np.ones(m)
-        self._scale[[0, -1]] = 1.0 - a
-        self._centre = np.full(m, 1.0 + a * a)
-        self._centre[[0, -1]] = 1.0
-        self._denominator = (1.0 - a) ** 2
 
     def forward(self, p: np.ndarray) -> np.ndarray:
         return self._axis.forward(p)
@@ -99,23 +123,21 @@ class GeometricChannel(Channel):
 
     def solve_with_info(self, q: np.ndarray) -> tuple[np.ndarray, bool]:
         """The ``p`` with ``p C = q``, exactly, in O(m) (see the class docstring)."""
-        r = self._scale * np.asarray(q, dtype=float)
-        p = self._centre * r
-        p[1:] -= self.alpha * r[:-1]
-        p[:-1] -= self.alpha * r[1:]
-        return p / self._denominator, True
+        return self._axis.solve(q), True
 
     def inversion_second_moment(self, q: np.ndarray) -> np.ndarray:
         """``sum_y (C^-1)[y, x]^2 q_y`` for every ``x``, exactly, from the three taps."""
-        weighted = self._scale**2 * np.asarray(q, dtype=float)
-        moment = self._centre**2 * weighted
-        moment[1:] += self.alpha**2 * weighted[:-1]
-        moment[:-1] += self.alpha**2 * weighted[1:]
-        return moment / self._denominator**2
+        return self._axis.squared_inverse(q)
 
 
 class ManhattanGridChannel(Channel):
-    """The Manhattan exponential mechanism's channel on a ``rows x cols`` grid (row-major)."""
+    """The Manhattan exponential mechanism's channel on a ``rows x cols`` grid (row-major).
+
+    The channel is the Kronecker product of the clamped geometric channels along
+    the rows and along the columns, so its inverse is the product of theirs (three
+    taps per axis: nine per cell) and the squared entries of the inverse are the
+    products of the squared taps: the inversion and its exact variance in O(cells).
+    """
 
     def __init__(self, mechanism: ExponentialGrid):
         grid = mechanism.grid
@@ -137,3 +159,15 @@ class ManhattanGridChannel(Channel):
 
     def backward(self, u: np.ndarray) -> np.ndarray:
         return self._apply(u, backward=True)
+
+    def solve_with_info(self, q: np.ndarray) -> tuple[np.ndarray, bool]:
+        """The ``p`` with ``p C = q``, exactly, one banded inverse per axis."""
+        planes = np.asarray(q, dtype=float).reshape(self.shape)
+        planes = self._rows.solve(self._cols.solve(planes, axis=-1), axis=-2)
+        return planes.ravel(), True
+
+    def inversion_second_moment(self, q: np.ndarray) -> np.ndarray:
+        """``sum_y (C^-1)[y, x]^2 q_y`` for every cell ``x``, exactly."""
+        planes = np.asarray(q, dtype=float).reshape(self.shape)
+        planes = self._rows.squared_inverse(self._cols.squared_inverse(planes, axis=-1), axis=-2)
+        return planes.ravel()

@@ -37,11 +37,13 @@ from aggregator.http.parameters import QueryParameter, invalid_parameter
 from aggregator.storage.locks import Lock
 from aggregator.storage.store import Campaign, CampaignStore
 from shared.errors import ValidationError
-from shared.mechanisms import Geometric, HadamardResponse, Mechanism, PlanarLaplace
+from shared.mechanisms import KRR, Geometric, GridMechanism, HadamardResponse, Mechanism
 from shared.oracles import OLH
 from shared.schema import Number, String, is_positive_finite
 
 DEFAULT_METHOD = "ibu"
+# k-RR over three categories or more defaults to empirical Bayes (docs/estimation.md).
+KRR_DEFAULT_METHOD = "empirical_bayes"
 # The large-domain oracles (OLH, Hadamard response) default to the unbiased estimate projected
 # onto the simplex (Norm-Sub): one pass over the pool's hashes where IBU needs one per
 # iteration, and a smaller error than clipping (docs/mechanisms.md, scripts/bench_oracles.py).
@@ -143,7 +145,21 @@ def is_oracle(mechanism: Mechanism) -> bool:
 
 def default_method(mechanism: Mechanism) -> str:
     """The estimation method used when a request names none."""
-    return ORACLE_DEFAULT_METHOD if is_oracle(mechanism) else DEFAULT_METHOD
+    if is_oracle(mechanism):
+        return ORACLE_DEFAULT_METHOD
+    if has_empirical_bayes(mechanism):
+        return KRR_DEFAULT_METHOD
+    return DEFAULT_METHOD
+
+
+def has_empirical_bayes(mechanism: Mechanism) -> bool:
+    """Whether the campaign is k-RR over three categories or more, where empirical Bayes runs."""
+    return isinstance(mechanism, KRR) and mechanism.k > 2
+
+
+def applicable_methods(mechanism: Mechanism) -> list[str]:
+    """The estimation methods a campaign with this mechanism can be asked for."""
+    return [m for m in METHODS if m != "empirical_bayes" or has_empirical_bayes(mechanism)]
 
 
 def value_labels(mechanism: OLH | HadamardResponse) -> list[str]:
@@ -158,7 +174,7 @@ def output_labels(mechanism: Mechanism) -> list[str]:
     (an oracle's outputs are integers: seed and bucket, or a Hadamard column)."""
     if is_oracle(mechanism):
         return [str(y) for y in range(mechanism.n_outputs)]
-    if isinstance(mechanism, PlanarLaplace):
+    if isinstance(mechanism, GridMechanism):
         cols = mechanism.grid.cols
         return [cell_label(*divmod(y, cols)) for y in range(mechanism.n_outputs)]
     if isinstance(mechanism, Geometric):
@@ -314,6 +330,13 @@ def estimate_response(
             field="method",
             code="method_not_applicable",
         )
+    if method not in applicable_methods(mechanism):
+        raise ValidationError(
+            "empirical_bayes estimates k-RR campaigns over three categories or more; "
+            f"use {default_method(mechanism)}",
+            field="method",
+            code="method_not_applicable",
+        )
     try:
         result = estimate(mechanism, vector, method=method, confidence=confidence, channel=channel)
     except SingularChannelError as exc:
@@ -325,7 +348,7 @@ def estimate_response(
     if isinstance(mechanism, (OLH, HadamardResponse)):
         return {**head, **oracle_body(mechanism, result, vector)}
     response = {**head, **result.to_dict(output_labels(mechanism))}
-    if not isinstance(mechanism, PlanarLaplace):
+    if not isinstance(mechanism, GridMechanism):
         # The share of reports per category, before any correction for the noise: what
         # an estimate has to beat, shown beside it.
         raw = vector / vector.sum()
@@ -334,7 +357,7 @@ def estimate_response(
     response["poisoning"] = poisoning.check(mechanism, vector).to_dict()
     if isinstance(mechanism, Geometric):
         response["range"] = {"lo": mechanism.lo, "hi": mechanism.hi}
-    if isinstance(mechanism, PlanarLaplace):
+    if isinstance(mechanism, GridMechanism):
         grid = mechanism.grid
         response["grid"] = {
             "rows": grid.rows,

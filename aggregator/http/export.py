@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from aggregator.http.estimates import output_labels
 from aggregator.http.parameters import QueryParameter
 from aggregator.storage.store import Campaign
-from shared.mechanisms import PlanarLaplace
+from shared.mechanisms import GridMechanism
 from shared.schema import String
 from shared.terminal import json_text
 
@@ -57,7 +57,7 @@ def counts_body(
 def _cell_columns(campaign: Campaign) -> tuple[list[str], list[list[Any]]]:
     """Extra columns locating each output: none for categories; row, col, centre for cells."""
     mechanism = campaign.mechanism
-    if not isinstance(mechanism, PlanarLaplace):
+    if not isinstance(mechanism, GridMechanism):
         return [], [[] for _ in range(mechanism.n_outputs)]
     cols = mechanism.grid.cols
     extra = []
@@ -142,7 +142,7 @@ def estimate_csv(campaign: Campaign, body: dict[str, Any]) -> str:
 
 
 def reports_csv_header(campaign: Campaign) -> list[str]:
-    if isinstance(campaign.mechanism, PlanarLaplace):
+    if isinstance(campaign.mechanism, GridMechanism):
         return ["report_id", "lat", "lon", "received_at"]
     return ["report_id", "value", "received_at"]
 

@@ -23,6 +23,7 @@ from aggregator.storage.store import STATUSES
 from shared.spec import (
     ADVISED_SCHEMA,
     CAMPAIGN_ID,
+    EXPONENTIAL_GRID,
     GEOMETRIC,
     HADAMARD_RESPONSE,
     KRR,
@@ -49,6 +50,7 @@ _SPEC_VARIANTS = {
     KRR: "KRRSpec",
     PLANAR_LAPLACE: "PlanarSpec",
     GEOMETRIC: "GeometricSpec",
+    EXPONENTIAL_GRID: "ExponentialGridSpec",
     HADAMARD_RESPONSE: "HadamardSpec",
     OLH_NAME: "OLHSpec",
 }
@@ -306,7 +308,8 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
             },
             "grid": {
                 "type": "object",
-                "description": "planar_laplace only: cells[row][col], row 0 south, col 0 west",
+                "description": "planar_laplace and exponential_grid only: cells[row][col], row 0 south, "
+                "col 0 west",
                 "properties": {
                     "rows": {"type": "integer"},
                     "cols": {"type": "integer"},

@@ -21,6 +21,15 @@ PLANAR_SPEC = {
     "region": {"lat_min": 37.77, "lat_max": 37.78, "lon_min": -122.42, "lon_max": -122.41},
     "cell_size_m": 200,
 }
+GRID_SPEC = {
+    "id": "block",
+    "title": "Which block are you in",
+    "mechanism": "exponential_grid",
+    "metric": "euclidean",
+    "epsilon": 0.005,
+    "region": {"lat_min": 37.77, "lat_max": 37.78, "lon_min": -122.42, "lon_max": -122.41},
+    "cell_size_m": 200,
+}
 GEOMETRIC_SPEC = {
     "id": "age",
     "title": "Your age",

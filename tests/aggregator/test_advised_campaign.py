@@ -74,17 +74,28 @@ def test_a_range_gets_geometric_when_it_is_wide_and_krr_over_its_values_when_it_
     assert small["mechanism"] == "krr" and small["domain"] == ["1", "2", "3", "4"]
 
 
-def test_a_region_gets_planar_laplace_with_privacy_level_and_radius(client, admin):
+def test_a_region_gets_the_grid_mechanism_that_moves_reports_least(client, admin):
+    """At 0.01 per metre over 200 m cells, the Euclidean exponential mechanism moves a report
+    about 140 m, planar Laplace 200 m (2 / epsilon, before snapping to cells)."""
     response = create(
         client, admin, region=REGION, cell_size_m=200, privacy_level=2, privacy_radius_m=200
     )
     assert response.status_code == 201, response.get_json()
     body = response.get_json()
-    assert body["mechanism"] == "planar_laplace"
+    assert (body["mechanism"], body["metric"]) == ("exponential_grid", "euclidean")
     assert body["epsilon"] == pytest.approx(0.01)
-    option = body["advice"]["ranking"][0]
-    assert option["mean_displacement_m"] == pytest.approx(200.0)
-    assert option["basis"].startswith("closed-form proxy")
+    ranking = body["advice"]["ranking"]
+    assert sorted((o["mechanism"], o.get("metric") or "") for o in ranking) == [
+        ("exponential_grid", "euclidean"),
+        ("exponential_grid", "manhattan"),
+        ("planar_laplace", ""),
+    ]
+    assert (ranking[0]["mechanism"], ranking[0]["metric"]) == ("exponential_grid", "euclidean")
+    displacements = {o.get("metric", "planar"): o["mean_displacement_m"] for o in ranking}
+    assert displacements["planar"] == pytest.approx(200.0)
+    assert displacements["euclidean"] == pytest.approx(139.6, abs=0.5)
+    assert [o["mean_displacement_m"] for o in ranking] == sorted(displacements.values())
+    assert all(o["basis"].startswith("closed-form proxy") for o in ranking)
 
 
 @pytest.mark.parametrize(

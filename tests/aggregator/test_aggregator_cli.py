@@ -98,7 +98,7 @@ def test_estimates_table_and_json(runner, redis_url, store, tmp_path):
     assert lines[0] == "campaign fruit  method inversion  n 60"
     assert [line.split()[0] for line in lines[-4:]] == list(spec.domain)
     as_json = json.loads(run(runner, redis_url, "estimate", "fruit", "--json").stdout)
-    assert as_json["method"] == "ibu"
+    assert as_json["method"] == "empirical_bayes"  # the k-RR campaign's default
     assert as_json["n"] == 60
     wrong = run(runner, redis_url, "estimate", "fruit", "--method", "median")
     assert wrong.exit_code == 2

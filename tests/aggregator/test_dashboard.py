@@ -12,7 +12,14 @@ import time
 import uuid
 
 import pytest
-from aggregator_testdata import ADMIN_TOKEN, ANALYST_TOKEN, KRR_SPEC, OLH_SPEC, PLANAR_SPEC
+from aggregator_testdata import (
+    ADMIN_TOKEN,
+    ANALYST_TOKEN,
+    GRID_SPEC,
+    KRR_SPEC,
+    OLH_SPEC,
+    PLANAR_SPEC,
+)
 
 from aggregator.app import create_app
 from aggregator.estimation import METHODS
@@ -271,6 +278,13 @@ def test_a_planar_page_gives_the_displacement_proxy(signed_in, planar_campaign):
     assert f"each report moved {metres:,.0f} m on average (proxy" in page
 
 
+def test_an_exponential_grid_page_gives_the_lattice_displacement_proxy(signed_in, admin):
+    assert signed_in.post("/api/v1/campaigns", json=GRID_SPEC, headers=admin).status_code == 201
+    page = signed_in.get(f"/dashboard/campaigns/{GRID_SPEC['id']}").get_data(as_text=True)
+    # Euclidean, 0.005 per metre on 200 m cells (1 per cell): a report moves 1.90 cells.
+    assert "each report moved 380 m on average (proxy" in page
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_estimate_is_the_api_estimate(signed_in, fruit_reports, analyst, method):
     ours = signed_in.get(f"/dashboard/data/campaigns/fruit/estimate?method={method}").get_json()
@@ -319,6 +333,26 @@ def test_planar_heatmap_layers(signed_in, planar_campaign, analyst):
     assert layers["lon"] == pytest.approx([grid.centre(col)[1] for col in range(grid.cols)])
     peak = max(max(line) for line in layers["raw"] + layers["estimate"])
     assert layers["zmax"] == peak
+
+
+def test_an_exponential_grid_campaign_gets_the_map_page_and_heatmaps(signed_in, admin):
+    assert signed_in.post("/api/v1/campaigns", json=GRID_SPEC, headers=admin).status_code == 201
+    spec = CampaignSpec.from_dict(GRID_SPEC)
+    grid = spec.grid
+    centre = grid.to_latlon(*grid.centre_xy(5))
+    post_reports(signed_in, GRID_SPEC, [{"lat": centre[0], "lon": centre[1]}] * 200, seed=5)
+    page = signed_in.get(f"/dashboard/campaigns/{spec.id}").get_data(as_text=True)
+    assert 'data-mechanism="exponential_grid"' in page
+    assert "Exponential mechanism on a grid" in page
+    assert "0.005 per m of euclidean distance" in page
+    assert f"{grid.rows} × {grid.cols} cells of 200 m" in page
+    assert 'id="heatmap-raw"' in page
+    body = signed_in.get(f"/dashboard/data/campaigns/{spec.id}/estimate").get_json()
+    layers = body["heatmap"]
+    assert (layers["rows"], layers["cols"]) == (grid.rows, grid.cols)
+    assert sum(map(sum, layers["raw"])) == pytest.approx(1.0)
+    row, col = divmod(5, grid.cols)
+    assert layers["estimate"][row][col] == body["estimates"][5]["frequency"]
 
 
 def test_csv_download_matches_the_estimate(signed_in, fruit_reports):

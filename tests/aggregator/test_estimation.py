@@ -358,11 +358,13 @@ def test_estimate_returns_a_complete_result(method):
     body = result.to_dict(mechanism.domain)
     assert [e["label"] for e in body["estimates"]] == ["a", "b", "c"]
     assert {"method", "n", "confidence", "estimates", "interval_method", "seconds"} <= set(body)
-    if method == "ibu":
-        # k-RR's default is empirical Bayes: no IBU iterations to report.
+    if method == "empirical_bayes":
+        # No IBU iterations to report.
         assert result.n_iter is None and result.converged is None
         assert "empirical Bayes" in result.estimator
         assert result.log_likelihood is not None
+    if method == "ibu":
+        assert result.n_iter >= 1 and "cross-validation" in result.estimator
     # Reproducible from its seed.
     again = estimate(mechanism, counts, method=method, n_bootstrap=50, seed=1)
     np.testing.assert_array_equal(again.ci_low, result.ci_low)

@@ -130,7 +130,7 @@ def test_the_response_names_the_estimator_and_carries_warnings():
     mechanism, truth = zipf_krr(10, 1.0)
     counts, _ = reports(mechanism, truth, 5000, 1)
     body = estimate(mechanism, counts).to_dict(mechanism.domain)
-    assert body["method"] == "ibu"
+    assert body["method"] == "empirical_bayes"
     assert body["estimator"].startswith("empirical Bayes: posterior means under a prior")
     assert body["n_iter"] is None
     assert body["warnings"] == []

@@ -154,3 +154,43 @@ def test_an_oracle_report_costs_its_epsilon(mechanism):
         {"id": "o", "title": "o", "mechanism": mechanism, "epsilon": 1.5, "domain_size": 10**6}
     )
     assert Policy().cost(spec) == 1.5
+
+
+def exponential_grid(cell: float, metric: str, epsilon: float = 0.002) -> CampaignSpec:
+    data = planar(cell).to_dict()
+    return CampaignSpec.from_dict(
+        {**data, "mechanism": "exponential_grid", "metric": metric, "epsilon": epsilon}
+    )
+
+
+def brute_force_manhattan(spec: CampaignSpec, radius: float) -> float:
+    grid, cell = spec.grid, spec.grid.cell_size_m
+    worst = 0.0
+    cells = list(itertools.product(range(grid.rows), range(grid.cols)))
+    for (r1, c1), (r2, c2) in itertools.product(cells, repeat=2):
+        gap = math.hypot(max(abs(r1 - r2) - 1, 0), max(abs(c1 - c2) - 1, 0)) * cell
+        if gap <= radius:
+            worst = max(worst, (abs(r1 - r2) + abs(c1 - c2)) * cell)
+    return worst
+
+
+@pytest.mark.parametrize("cell", [130.0, 400.0])
+@pytest.mark.parametrize("radius", [1.0, 200.0, 750.0, 5000.0])
+def test_exponential_grid_costs_its_metric_against_brute_force(cell, radius):
+    manhattan = exponential_grid(cell, "manhattan")
+    assert worst_centre_distance_m(manhattan, radius, "manhattan") == pytest.approx(
+        brute_force_manhattan(manhattan, radius)
+    )
+    euclidean = exponential_grid(cell, "euclidean")
+    assert worst_centre_distance_m(euclidean, radius, "euclidean") == pytest.approx(
+        brute_force(euclidean, radius)
+    )
+
+
+def test_exponential_grid_cost_per_metric():
+    policy = Policy(location_radius_m=200.0)
+    # One row and three columns apart: 4 cells in Manhattan distance, sqrt(10) in Euclidean.
+    assert policy.cost(exponential_grid(100.0, "manhattan")) == pytest.approx(0.002 * 400)
+    assert policy.cost(exponential_grid(100.0, "euclidean")) == pytest.approx(
+        0.002 * 100 * math.sqrt(10)
+    )

@@ -246,3 +246,27 @@ def test_concurrent_processes_cannot_overspend_the_budget(live_server, tmp_path)
     assert total(live_server, campaign_id) == 1
     status = json.loads(ldp_client(env, "status", "--json").stdout)
     assert status["budget"]["spent"] == 1.0
+
+
+def test_cli_reports_a_location_to_an_exponential_grid_campaign(live_server, tmp_path):
+    campaign_id = unique_id("block")
+    region = {"lat_min": 37.77, "lat_max": 37.78, "lon_min": -122.42, "lon_max": -122.41}
+    live_server.create_campaign(
+        {"id": campaign_id, "title": "Block", "mechanism": "exponential_grid", "epsilon": 0.002}
+        | {"metric": "manhattan", "region": region, "cell_size_m": 100}
+    )
+    env = cli_env(live_server, tmp_path / "state")
+    sent = ldp_client(
+        env, "report", campaign_id, "--lat", "37.7751", "--lon", "-122.4152", "--json"
+    )
+    assert sent.returncode == 0, sent.stderr
+    result = json.loads(sent.stdout)
+    # The default radius is 200 m: one row and three columns of 100 m cells, 400 Manhattan metres.
+    assert result["outcome"] == "delivered" and result["charged"] == 0.8
+    noisy = result["payload"]["value"]
+    assert set(noisy) == {"lat", "lon"} and 37.77 <= noisy["lat"] <= 37.781
+    assert "37.7751" not in sent.stderr and "37.7751" not in sent.stdout
+    assert total(live_server, campaign_id) == 1
+
+    outside = ldp_client(env, "report", campaign_id, "--lat", "38.5", "--lon", "-122.4152")
+    assert outside.returncode == 1 and "outside the campaign region" in outside.stderr

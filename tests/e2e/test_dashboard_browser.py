@@ -195,8 +195,11 @@ class Tab:
         self.goto(f"/campaigns/{campaign_id}")
         self.wait_rendered()
 
-    def wait_rendered(self, method: str = "ibu", n: int | None = None) -> None:
-        """Wait until the page has drawn an estimate (the page's CSP forbids eval'd waits)."""
+    def wait_rendered(self, method: str | None = None, n: int | None = None) -> None:
+        """Wait until the page has drawn an estimate (the page's CSP forbids eval'd waits),
+        by default with the method the page selects first (the campaign's default)."""
+        if method is None:
+            method = self.page.get_attribute("#method option[selected]", "value")
         selector = f'main[data-rendered-method="{method}"]'
         if n is not None:
             selector += f'[data-rendered-n="{n}"]'
@@ -340,8 +343,8 @@ def test_sign_in_then_sign_out(tab_factory, live_server, campaigns):
 def test_krr_bars_match_the_estimate_api(tab, seeder, campaigns):
     fruit = campaigns["fruit"]
     tab.open_campaign(fruit["id"])
-    tab.shot("ibu")
-    api = seeder.get(f"/campaigns/{fruit['id']}/estimate?method=ibu")
+    tab.shot("default")
+    api = seeder.get(f"/campaigns/{fruit['id']}/estimate")
     assert api["n"] == SEEDED["fruit"]
     trace = chart_trace(tab.page, "estimate-chart")
     assert trace["type"] == "bar"
@@ -392,7 +395,7 @@ def test_switching_the_method_changes_the_chart(tab, seeder, campaigns):
 def test_large_domain_top_n_and_sorting(tab, seeder, campaigns):
     words = campaigns["words"]
     tab.open_campaign(words["id"])
-    api = seeder.get(f"/campaigns/{words['id']}/estimate?method=ibu")
+    api = seeder.get(f"/campaigns/{words['id']}/estimate")
     ranked = sorted(api["estimates"], key=lambda row: -row["frequency"])
     trace = chart_trace(tab.page, "estimate-chart")
     assert tab.page.input_value("#top") == "20"
@@ -438,7 +441,7 @@ def test_planar_campaign_renders_both_heatmaps(tab, seeder, campaigns):
     )
     assert raw["zmax"] == pytest.approx(max(max(row) for row in raw["z"] + estimate["z"]))
     counts = seeder.get(f"/campaigns/{where['id']}/counts")
-    api = seeder.get(f"/campaigns/{where['id']}/estimate?method=ibu")
+    api = seeder.get(f"/campaigns/{where['id']}/estimate")
     for index in range(grid.n_cells):
         row, col = divmod(index, grid.cols)
         assert raw["z"][row][col] == pytest.approx(
@@ -465,7 +468,7 @@ def test_geometric_campaign_draws_its_range_as_a_line_with_a_band(tab, seeder):
     seeder.post(age, [min(89, max(10, round(rng.gauss(42, 9)))) for _ in range(1200)], seed=5)
     tab.open_campaign(age["id"])
     tab.shot("line")
-    api = seeder.get(f"/campaigns/{age['id']}/estimate?method=ibu")
+    api = seeder.get(f"/campaigns/{age['id']}/estimate")
     traces = tab.page.evaluate(
         """() => document.getElementById('estimate-chart').data.map((trace) => ({
             name: trace.name, type: trace.type, fill: trace.fill || null,
@@ -494,6 +497,33 @@ def test_geometric_campaign_draws_its_range_as_a_line_with_a_band(tab, seeder):
     tab.assert_no_console_errors()
 
 
+def test_exponential_grid_campaign_renders_the_map_of_its_cells(tab, seeder):
+    block = seeder.create(
+        {
+            "id": f"dash-block-{SUFFIX}",
+            "title": "Block (browser test)",
+            "mechanism": "exponential_grid",
+            "metric": "euclidean",
+            "epsilon": 0.004,
+            "region": {"lat_min": 37.77, "lat_max": 37.78, "lon_min": -122.42, "lon_max": -122.41},
+            "cell_size_m": 200,
+        }
+    )
+    grid = CampaignSpec.from_dict(block).grid
+    centre = grid.to_latlon(*grid.centre_xy(grid.n_cells // 2))
+    seeder.post(block, [{"lat": centre[0], "lon": centre[1]}] * 400, seed=6)
+    tab.open_campaign(block["id"])
+    tab.shot("grid-heatmaps")
+    api = seeder.get(f"/campaigns/{block['id']}/estimate?method=ibu")
+    estimate = chart_trace(tab.page, "heatmap-estimate")
+    assert estimate["type"] == "heatmap" and len(estimate["z"]) == grid.rows
+    for index in range(grid.n_cells):
+        row, col = divmod(index, grid.cols)
+        assert estimate["z"][row][col] == pytest.approx(api["estimates"][index]["frequency"])
+    assert "per m of euclidean distance" in tab.page.inner_text("dl.facts")
+    tab.assert_no_console_errors()
+
+
 def test_a_report_posted_while_the_page_is_open_shows_up(tab, seeder, campaigns):
     live = campaigns["live"]
     tab.open_campaign(live["id"])
@@ -518,7 +548,7 @@ def test_a_report_posted_while_the_page_is_open_shows_up(tab, seeder, campaigns)
     assert shown.startswith(f"squared error {expected:.3g} summed over the 2 values"), shown
     assert shown.endswith(f"at {start + 5:,} reports")
     assert tab.page.inner_text("#estimate-n") == f"{start + 5:,}"
-    api = seeder.get(f"/campaigns/{live['id']}/estimate?method=ibu")
+    api = seeder.get(f"/campaigns/{live['id']}/estimate")
     trace = chart_trace(tab.page, "estimate-chart")
     by_label = {row["label"]: row["frequency"] for row in api["estimates"]}
     assert trace["y"] == pytest.approx([by_label[label] for label in trace["x"]], abs=1e-12)

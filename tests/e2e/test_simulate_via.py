@@ -227,3 +227,24 @@ def test_an_olh_campaign_end_to_end_through_the_command(live_server):
     # deviation of about 0.05 per value) the projection finds most of that mass (TV 0.52 here,
     # where spreading it uniformly would be 0.9).
     assert rows["projection"]["tv"] < 0.7 and rows["projection"]["max_abs"] < 0.25, rows
+
+
+def test_an_exponential_grid_campaign_end_to_end_through_the_command(live_server):
+    env = {
+        "LDP_ADMIN_TOKEN": live_server.admin_token,
+        "LDP_ANALYST_TOKEN": live_server.analyst_token,
+    }
+    campaign = unique_id("block")
+    args = ["via", "--no-progress", "--server", live_server.url, "--campaign", campaign]
+    args += ["--mechanism", "exponential_grid", "--metric", "euclidean", "--population", "city"]
+    args += ["--region", "37.77,37.78,-122.42,-122.41", "--cell-size-m", "200"]
+    args += ["-e", "0.01", "-n", "200", "-m", "ibu", "--json"]
+    result = CliRunner().invoke(main, args, env=env)
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert (document["created"], document["delivered"], document["server_n"]) == (True, 200, 200)
+    served = requests.get(f"{live_server.url}/api/v1/campaigns/{campaign}", timeout=10).json()
+    spec, _ = CampaignSpec.from_wire(served)
+    assert (spec.mechanism, spec.metric, spec.epsilon) == ("exponential_grid", "euclidean", 0.01)
+    (ibu,) = [r for r in document["results"] if r["source"] == "server" and r["method"] == "ibu"]
+    assert ibu["emd_m"] < 300, ibu

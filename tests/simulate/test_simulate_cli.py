@@ -402,3 +402,23 @@ def test_the_large_domain_oracles_are_simulated_over_integers(mechanism):
 def test_oracles_refuse_labels():
     labelled = run("--mechanism", "olh", "--labels", "a,b", "--population", "uniform", "-k", "2")
     assert labelled.exit_code == 2 and "not labels" in labelled.output
+
+
+@pytest.mark.parametrize("metric", ["manhattan", "euclidean"])
+def test_exponential_grid_is_simulated_on_a_city_with_its_metric(metric):
+    result = run(
+        "--mechanism", "exponential_grid", "--metric", metric, "--population", "city",
+        "--region", "37.77,37.785,-122.42,-122.40", "--cell-size-m", "150",
+        "-e", "0.004,0.02", "-n", "20000", "-m", "ibu,noisy", "--seed", "4", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = {(r["epsilon"], r["method"]): r for r in json.loads(result.output)["results"]}
+    assert {r["mechanism"] for r in rows.values()} == {"exponential_grid"}
+    # IBU undoes the noise, and more epsilon per metre means less error.
+    assert rows[(0.004, "ibu")]["emd_m"] < rows[(0.004, "noisy")]["emd_m"]
+    assert rows[(0.02, "ibu")]["emd_m"] < rows[(0.004, "ibu")]["emd_m"]
+
+
+def test_metric_is_for_exponential_grid_only():
+    result = run("--mechanism", "krr", "--metric", "euclidean", "--population", "uniform")
+    assert result.exit_code == 2 and "exponential_grid only" in result.output

@@ -10,7 +10,7 @@
 
   var root = document.getElementById("main");
   var cfg = root.dataset;
-  var planar = cfg.mechanism === "planar_laplace";
+  var planar = cfg.mechanism === "planar_laplace" || cfg.mechanism === "exponential_grid";
   var ordinal = cfg.mechanism === "geometric";
   var ORDINAL_TABLE_ROWS = 20;
   var refreshMs = Math.max(1, Number(cfg.refreshS) || 5) * 1000;
@@ -473,7 +473,7 @@
     showMessage(null);
     // No iteration count: a closed-form inversion, or k-RR's empirical Bayes default (no IBU).
     var iterations = estimate.n_iter === null || estimate.n_iter === undefined
-      ? (estimate.method === "ibu" ? "none (empirical Bayes)" : "closed form")
+      ? (estimate.method === "empirical_bayes" ? "none (empirical Bayes)" : "closed form")
       : estimate.n_iter + (estimate.converged === false ? " (not converged)" : "");
     setText("estimate-iterations", iterations);
     var ms = estimate.seconds * 1000;
