@@ -144,12 +144,14 @@ class KRR(Mechanism):
         if isinstance(domain, str) or not isinstance(domain, Sequence):
             raise TypeError("domain must be a sequence of labels")
         labels = tuple(domain)
-        if any(not isinstance(label, str) for label in labels):
+        if not all(isinstance(label, str) for label in labels):
             raise TypeError("domain labels must be strings")
-        if len(labels) < 2 or len(set(labels)) != len(labels):
+        # The index doubles as the distinctness check (one hashing pass over the labels).
+        index = dict(zip(labels, range(len(labels)), strict=True))
+        if len(labels) < 2 or len(index) != len(labels):
             raise ValueError(f"domain must have at least 2 distinct labels, got {len(labels)}")
         self.domain = labels
-        self._index = {label: i for i, label in enumerate(labels)}
+        self._index = index
         self.unit_weight = WEIGHT_UNIT
         self.keep_weight = krr_weights(self.epsilon, len(labels))
         self.total_weight = self.keep_weight + (len(labels) - 1) * self.unit_weight
