@@ -60,8 +60,10 @@ from shared.spec import (
     KRR,
     MANHATTAN,
     MAX_EPSILON,
+    MAX_GRID_STEP_EPSILON,
     MAX_RANGE_VALUES,
     MECHANISMS,
+    MIN_GRID_STEP_EPSILON,
     OLH_NAME,
     OUE_NAME,
     PLANAR_LAPLACE,
@@ -310,7 +312,10 @@ def rank_region(cell_size_m: float, epsilon: float) -> list[Option]:
         # than at epsilon per straight-line metre (the Manhattan distance is at most sqrt(2)
         # times it). Displacements are straight-line metres for every mechanism.
         for metric, per_metre in ((EUCLIDEAN, epsilon), (MANHATTAN, epsilon / math.sqrt(2))):
-            cells = mean_displacement_cells(per_metre * cell_size_m, metric)
+            step = per_metre * cell_size_m
+            if not MIN_GRID_STEP_EPSILON <= step <= MAX_GRID_STEP_EPSILON:
+                continue  # the spec refuses it: nothing to rank (nor lattices to sum)
+            cells = mean_displacement_cells(step, metric)
             options.append(
                 Option(
                     mechanism=EXPONENTIAL_GRID,

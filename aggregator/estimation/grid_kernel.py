@@ -13,6 +13,7 @@ offset folded onto the grid's edge as clamping sends it: the layout of
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -43,12 +44,14 @@ def manhattan_kernel(step: float, rows: int, cols: int) -> np.ndarray:
     return np.outer(axis(rows), axis(cols))
 
 
+@functools.lru_cache(maxsize=256)
 def mean_displacement_cells(step: float, metric: str) -> float:
     """The mean straight-line distance, in cells, between a report and its true cell on the
     unbounded lattice (``metric`` ``"manhattan"`` or ``"euclidean"``, ``step = epsilon * cell``).
 
     Summed over a quadrant out to :func:`lattice_radius` (the mass beyond is negligible);
-    clamping into a grid only moves reports nearer.
+    clamping into a grid only moves reports nearer. The cost grows as ``1 / step^2`` (0.2 s
+    at the smallest step a campaign takes, 0.01), so results are cached.
     """
     if not step > 0:
         raise ValueError(f"step must be > 0, got {step!r}")

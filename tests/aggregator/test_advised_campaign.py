@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from aggregator.estimation.advice import oracle_mse
+from aggregator.estimation.advice import oracle_mse, rank_region
 from shared.spec import DEFAULT_EXPECTED_USERS, CampaignSpec
 
 LABELS = ["apple", "banana", "cherry", "damson"]
@@ -129,3 +131,16 @@ def test_expected_users_with_a_mechanism_is_refused(client, admin):
     response = create(client, admin, mechanism="krr", epsilon=1, domain=LABELS, expected_users=5)
     assert response.status_code == 422
     assert response.get_json()["error"]["field"] == "expected_users"
+
+
+def test_a_region_ranks_only_the_grid_steps_a_spec_takes():
+    """Below 0.01 per cell the exponential_grid spec is refused, and its lattice sum (whose
+    cost grows as 1 / step^2) would run for minutes: it is not ranked."""
+    ranking = rank_region(200.0, 1e-7)
+    assert [option.mechanism for option in ranking] == ["planar_laplace"]
+    steps = {
+        o.details["metric"]: o.epsilon * 200
+        for o in rank_region(200.0, 0.01)
+        if o.details.get("metric")
+    }
+    assert steps == pytest.approx({"euclidean": 2.0, "manhattan": 2.0 / math.sqrt(2)})
