@@ -33,13 +33,15 @@ class Domain:
             if isinstance(labels, str) or not isinstance(labels, Sequence):
                 raise TypeError("domain must be a sequence of labels")
             values = tuple(labels)
-            if any(not isinstance(label, str) for label in values):
+            if not all(isinstance(label, str) for label in values):
                 raise TypeError("domain labels must be strings")
-            if len(values) < 2 or len(set(values)) != len(values):
+            # The index doubles as the distinctness check (one hashing pass over the labels).
+            index = dict(zip(values, range(len(values)), strict=True))
+            if len(values) < 2 or len(index) != len(values):
                 raise ValueError(f"domain must have at least 2 distinct labels, got {len(values)}")
             self.labels = values
             self.size = len(values)
-            self._index: dict[str, int] | None = {label: i for i, label in enumerate(values)}
+            self._index: dict[str, int] | None = index
         else:
             if isinstance(size, bool) or not isinstance(size, int):
                 raise TypeError(f"domain_size must be an integer, got {type(size).__name__}")
@@ -62,3 +64,26 @@ class Domain:
     def value(self, x: int) -> str | int:
         """The value of index ``x``: its label, or ``x`` itself."""
         return self.labels[x] if self.labels is not None else x
+
+
+class OverDomain:
+    """What a mechanism whose true values are a :class:`Domain` (``self.values``) exposes."""
+
+    values: Domain
+
+    @property
+    def k(self) -> int:
+        """The number of values."""
+        return self.values.size
+
+    @property
+    def domain(self) -> tuple[str, ...] | None:
+        """The labels, or ``None`` where the values are the integers ``0 .. k - 1``."""
+        return self.values.labels
+
+    @property
+    def n_inputs(self) -> int:
+        return self.k
+
+    def encode(self, value: Any) -> int:
+        return self.values.index(value)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, ClassVar
 
-from shared.domain import Domain
+from shared.domain import Domain, OverDomain
 from shared.errors import ReportError
 from shared.exactness import WEIGHT_UNIT, check_planar_epsilon, krr_weights
 from shared.geo import Grid
@@ -536,7 +536,7 @@ class ExponentialGrid(GridMechanism):
         return row * self.grid.cols + col
 
 
-class HadamardResponse(Mechanism):
+class HadamardResponse(OverDomain, Mechanism):
     r"""Hadamard response over a large set of labels (Acharya, Sun and Zhang, AISTATS 2019).
 
     With ``K`` the smallest power of two above ``k``, label ``x`` owns the half
@@ -575,18 +575,6 @@ class HadamardResponse(Mechanism):
         self.size = 1 << self.values.size.bit_length()  # K: a power of two above k
 
     @property
-    def domain(self) -> tuple[str, ...] | None:
-        return self.values.labels
-
-    @property
-    def k(self) -> int:
-        return self.values.size
-
-    @property
-    def n_inputs(self) -> int:
-        return self.k
-
-    @property
     def n_outputs(self) -> int:
         return self.size
 
@@ -594,9 +582,6 @@ class HadamardResponse(Mechanism):
     def p_in(self) -> float:
         """P(the report falls in the true label's half)."""
         return self.keep_weight / self.total_weight
-
-    def encode(self, value: Any) -> int:
-        return self.values.index(value)
 
     def perturb_index(self, x: int, rng: RandomSource) -> int:
         inside = randbelow(rng, self.total_weight) < self.keep_weight

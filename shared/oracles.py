@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from shared.domain import Domain
+from shared.domain import Domain, OverDomain
 from shared.errors import ReportError
 from shared.exactness import WEIGHT_UNIT, krr_weights
 from shared.mechanisms import Mechanism
@@ -86,7 +86,7 @@ def hash_value(a: int, b: int, x: int, g: int) -> int:
     return ((((a * x + b) & _MASK64) >> 32) * g) >> 32
 
 
-class OLH(Mechanism):
+class OLH(OverDomain, Mechanism):
     r"""Optimized local hashing (Wang et al., USENIX Security 2017), with a bounded hash pool.
 
     The device draws a seed ``s`` uniformly from ``0 .. S - 1``, hashes its
@@ -148,18 +148,6 @@ class OLH(Mechanism):
         self.total_weight = self.keep_weight + (self.g - 1) * self.unit_weight
 
     @property
-    def k(self) -> int:
-        return self.values.size
-
-    @property
-    def domain(self) -> tuple[str, ...] | None:
-        return self.values.labels
-
-    @property
-    def n_inputs(self) -> int:
-        return self.k
-
-    @property
     def n_outputs(self) -> int:
         return self.pool_size * self.g
 
@@ -188,9 +176,6 @@ class OLH(Mechanism):
         a, b = hash_parameters(seed)
         return hash_value(a, b, x, self.g)
 
-    def encode(self, value: Any) -> int:
-        return self.values.index(value)
-
     def perturb_index(self, x: int, rng: RandomSource) -> int:
         seed = randbelow(rng, self.pool_size)
         hashed = self.bucket(seed, x)
@@ -212,7 +197,7 @@ class OLH(Mechanism):
         return raw
 
 
-class OUE:
+class OUE(OverDomain):
     r"""Optimized unary encoding (Wang et al., USENIX Security 2017).
 
     The value ``x`` becomes the one-hot vector of ``k`` bits; the device sends
@@ -255,18 +240,6 @@ class OUE:
         self.total_weight = self.keep_weight + self.unit_weight
 
     @property
-    def k(self) -> int:
-        return self.values.size
-
-    @property
-    def domain(self) -> tuple[str, ...] | None:
-        return self.values.labels
-
-    @property
-    def n_inputs(self) -> int:
-        return self.k
-
-    @property
     def p(self) -> float:
         """P(the true value's bit is 1)."""
         return 0.5
@@ -280,9 +253,6 @@ class OUE:
     def realized_epsilon(self) -> float:
         excess = (self.keep_weight - self.unit_weight) / self.unit_weight
         return min(self.epsilon, math.log1p(excess))
-
-    def encode(self, value: Any) -> int:
-        return self.values.index(value)
 
     def perturb_bits(self, x: int, rng: RandomSource) -> list[int]:
         """The sorted positions of the report's 1 bits for input ``x``."""
