@@ -290,6 +290,30 @@ _PLANAR_ONLY = tuple(
 _RANGE_FIELDS = ("lo", "hi")
 
 
+def _categorical_epsilon(data: dict[str, Any]) -> float:
+    """The epsilon of a spec over values without geometry, which takes no planar fields."""
+    for field in _PLANAR_ONLY:
+        if field in data:
+            raise SpecError(
+                f"{field} applies only to planar_laplace and exponential_grid", field=field
+            )
+    if "epsilon" not in data:
+        raise SpecError("epsilon is required", field="epsilon")
+    return float(_CATEGORICAL_EPSILON.check(data["epsilon"], "epsilon", SpecError))
+
+
+def check_range(lo: int, hi: int) -> None:
+    """:class:`SpecError` unless ``lo .. hi`` is a range a campaign can take."""
+    if not lo < hi:
+        raise SpecError(f"lo must be below hi, got lo={lo}, hi={hi}", field="lo")
+    if hi - lo + 1 > MAX_RANGE_VALUES:
+        raise SpecError(
+            f"the range [{lo}, {hi}] holds {hi - lo + 1:,} values; at most "
+            f"{MAX_RANGE_VALUES:,} are allowed",
+            field="hi",
+        )
+
+
 @dataclass(frozen=True)
 class CampaignSpec:
     """The immutable description of a collection campaign.
@@ -374,28 +398,14 @@ class CampaignSpec:
         epsilon = _GEOMETRIC_EPSILON.check(data["epsilon"], "epsilon", SpecError)
         lo = int(_BOUND.check(data["lo"], "lo", SpecError))
         hi = int(_BOUND.check(data["hi"], "hi", SpecError))
-        if not lo < hi:
-            raise SpecError(f"lo must be below hi, got lo={lo}, hi={hi}", field="lo")
-        if hi - lo + 1 > MAX_RANGE_VALUES:
-            raise SpecError(
-                f"the range [{lo}, {hi}] holds {hi - lo + 1:,} values; at most "
-                f"{MAX_RANGE_VALUES:,} are allowed",
-                field="hi",
-            )
+        check_range(lo, hi)
         return cls(mechanism=GEOMETRIC, epsilon=epsilon, lo=lo, hi=hi, **common)
 
     @classmethod
     def _oracle_from_dict(
         cls, data: dict[str, Any], mechanism: str, common: dict[str, Any]
     ) -> CampaignSpec:
-        for field in _PLANAR_ONLY:
-            if field in data:
-                raise SpecError(
-                    f"{field} applies only to planar_laplace and exponential_grid", field=field
-                )
-        if "epsilon" not in data:
-            raise SpecError("epsilon is required", field="epsilon")
-        epsilon = _CATEGORICAL_EPSILON.check(data["epsilon"], "epsilon", SpecError)
+        epsilon = _categorical_epsilon(data)
         if ("domain" in data) == ("domain_size" in data):
             raise SpecError(
                 f"{mechanism} takes either domain (at most {MAX_DOMAIN:,} labels) or domain_size "
@@ -418,14 +428,7 @@ class CampaignSpec:
     def _categorical_from_dict(
         cls, data: dict[str, Any], mechanism: str, common: dict[str, Any]
     ) -> CampaignSpec:
-        for field in _PLANAR_ONLY:
-            if field in data:
-                raise SpecError(
-                    f"{field} applies only to planar_laplace and exponential_grid", field=field
-                )
-        if "epsilon" not in data:
-            raise SpecError("epsilon is required", field="epsilon")
-        epsilon = _CATEGORICAL_EPSILON.check(data["epsilon"], "epsilon", SpecError)
+        epsilon = _categorical_epsilon(data)
         if "domain" in data:
             labels = _RR_LABELS if mechanism == RR else _LABELS
             domain = tuple(labels.check(data["domain"], "domain", SpecError))

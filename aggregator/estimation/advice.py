@@ -61,7 +61,6 @@ from shared.spec import (
     MANHATTAN,
     MAX_EPSILON,
     MAX_GRID_STEP_EPSILON,
-    MAX_RANGE_VALUES,
     MECHANISMS,
     MIN_GRID_STEP_EPSILON,
     OLH_NAME,
@@ -69,6 +68,7 @@ from shared.spec import (
     PLANAR_LAPLACE,
     RR,
     CampaignSpec,
+    check_range,
 )
 
 OLH = OLH_NAME
@@ -394,14 +394,7 @@ def _advised_ranking(values: dict[str, Any], n: int) -> tuple[list[Option], list
             if name not in values:
                 raise SpecError(f"{name} is required for a range", field=name)
         lo, hi = int(values["lo"]), int(values["hi"])
-        if not lo < hi:
-            raise SpecError(f"lo must be below hi, got lo={lo}, hi={hi}", field="lo")
-        if hi - lo + 1 > MAX_RANGE_VALUES:
-            raise SpecError(
-                f"the range [{lo}, {hi}] holds {hi - lo + 1:,} values; at most "
-                f"{MAX_RANGE_VALUES:,} are allowed",
-                field="hi",
-            )
+        check_range(lo, hi)
         ranking = rank_range(lo, hi, epsilon, n)
         labels = [str(v) for v in range(lo, hi + 1)]
         fields = [
