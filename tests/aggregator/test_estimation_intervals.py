@@ -150,6 +150,8 @@ def test_two_reports_give_wide_intervals_with_a_warning(kind):
         counts = np.zeros(25)
         counts[[3, 17]] = 1
     for method in METHODS:
+        if method == "empirical_bayes" and kind == "planar":
+            continue  # k-RR only (test_every_method_gets_well_formed_intervals)
         result = estimate(mechanism, counts, method=method, confidence=CONFIDENCE)
         assert_well_formed(result)
         assert np.all(result.ci_high - result.ci_low >= 1 / (2 * counts.size) - 1e-12), method
@@ -182,6 +184,10 @@ def test_every_method_gets_well_formed_intervals(method, kind):
         p = Population.clustered_city(grid, seed=1).probabilities
         mechanism = PlanarLaplace(epsilon=math.log(3) / 100, grid=grid)
         n = 2_000
+        if method == "empirical_bayes":
+            with pytest.raises(ValueError, match="k-RR over three categories"):
+                list(surveys(mechanism, p, n, 1, seed=16, method=method))
+            return
     for result in surveys(mechanism, p, n, 3, seed=16, method=method):
         assert_well_formed(result)
         assert result.interval_method
