@@ -21,6 +21,8 @@ from pathlib import Path
 import click
 import requests
 
+from aggregator.http.estimates import default_method
+from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
 from simulate import Population, run_via_server
 
@@ -145,6 +147,7 @@ def main(host: str, port: int, data_dir: str, users: int, exit_after_setup: bool
                 click.echo(f"{spec['id']}: already holds {already} reports; not adding more.")
                 continue
             click.echo(f"{spec['id']}: {n} simulated users report through the client ...")
+            method = default_method(Mechanism.from_spec(CampaignSpec.from_dict(spec)))
             result = run_via_server(
                 url,
                 spec,
@@ -152,10 +155,11 @@ def main(host: str, port: int, data_dir: str, users: int, exit_after_setup: bool
                 n,
                 admin_token=admin_token,
                 analyst_token=analyst_token,
+                methods=(method,),
                 progress=sys.stderr.isatty(),
             )
-            ibu = result.scores.get("ibu")
-            accuracy = f", IBU total variation {ibu.tv:.3f}" if ibu else ""
+            score = result.scores.get(method)
+            accuracy = f", {method} total variation {score.tv:.3f}" if score else ""
             click.echo(f"{spec['id']}: {result.delivered} reports delivered{accuracy}.")
         click.echo("")
         click.echo(f"Dashboard:      {url}/dashboard/")
