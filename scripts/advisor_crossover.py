@@ -6,7 +6,8 @@ at which OUE, OLH and Hadamard response have a lower ``E ||f_hat - f||^2`` than 
 (:func:`aggregator.estimation.advice.crossover_k`); and at the OUE crossover, the mean summed
 squared error of the unbiased inversion over ``--trials`` draws of 500 fixed users (Zipf-like),
 divided by the closed form: k-RR and Hadamard response through their vectorised samplers, OUE
-through a simulation of its support counts (binomial; its sampler is not on this branch).
+through a simulation of its support counts (per-bit binomials, as ``simulate.sampling.oue_ones``
+draws them).
 
 Writes the section ``advisor`` of docs/mechanisms.md (``--no-write``: print only).
 """

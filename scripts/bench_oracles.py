@@ -183,7 +183,6 @@ def error_rows(seeds: int) -> list[tuple[str, float, float]]:
 def pool_rows(seeds: int) -> list[tuple[float, int, float, float, float]]:
     """(zipf s, S, plain ratio, corrected ratio, seconds of one pass at k = 10^6)."""
     rows = []
-    big = np.ones(BIG)
     for pool in POOLS:
         started = time.perf_counter()
         channel_for(OLH(epsilon=EPSILON, domain_size=BIG, pool_size=pool)).gather(  # type: ignore[attr-defined]
@@ -210,7 +209,6 @@ def pool_rows(seeds: int) -> list[tuple[float, int, float, float, float]]:
                 (s, pool, np.mean(plain) / closed, np.mean(corrected) / closed, pass_seconds)
             )
             print(f"pool {pool} zipf {s}: {rows[-1][2]:.2f} {rows[-1][3]:.2f}", file=sys.stderr)
-    del big
     return rows
 
 

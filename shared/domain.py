@@ -41,7 +41,8 @@ class Domain:
                 raise ValueError(f"domain must have at least 2 distinct labels, got {len(values)}")
             self.labels = values
             self.size = len(values)
-            self._index: dict[str, int] | None = index
+            # Each label's index (None for a domain given by its size).
+            self.positions: dict[str, int] | None = index
         else:
             if isinstance(size, bool) or not isinstance(size, int):
                 raise TypeError(f"domain_size must be an integer, got {type(size).__name__}")
@@ -49,14 +50,14 @@ class Domain:
                 raise ValueError(f"domain_size must be at least 2, got {size}")
             self.labels = None
             self.size = size
-            self._index = None
+            self.positions = None
 
     def index(self, value: Any, field: str = "value") -> int:
         """The index of a true value; :class:`ReportError` if it is not in the domain."""
-        if self._index is not None:
-            if not isinstance(value, str) or value not in self._index:
+        if self.positions is not None:
+            if not isinstance(value, str) or value not in self.positions:
                 raise ReportError("the value is not one of the campaign's labels", field=field)
-            return self._index[value]
+            return self.positions[value]
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.size:
             raise ReportError(f"the value must be an integer in [0, {self.size})", field=field)
         return value

@@ -114,7 +114,7 @@ class Mechanism(ABC):
         return KRR(epsilon=spec.epsilon, domain=spec.domain)
 
 
-class KRR(Mechanism):
+class KRR(OverDomain, Mechanism):
     r"""k-ary randomized response over a finite list of labels.
 
     Reports the true label with probability :math:`p = e^\varepsilon / (e^\varepsilon + k - 1)`
@@ -141,28 +141,19 @@ class KRR(Mechanism):
 
     def __init__(self, *, epsilon: float, domain: Sequence[str]):
         self.epsilon = positive_finite(epsilon, "epsilon")
-        if isinstance(domain, str) or not isinstance(domain, Sequence):
+        if domain is None:
             raise TypeError("domain must be a sequence of labels")
-        labels = tuple(domain)
-        if not all(isinstance(label, str) for label in labels):
-            raise TypeError("domain labels must be strings")
-        # The index doubles as the distinctness check (one hashing pass over the labels).
-        index = dict(zip(labels, range(len(labels)), strict=True))
-        if len(labels) < 2 or len(index) != len(labels):
-            raise ValueError(f"domain must have at least 2 distinct labels, got {len(labels)}")
-        self.domain = labels
-        self._index = index
+        self.values = Domain(labels=domain)
+        assert self.values.positions is not None
+        self._index = self.values.positions
         self.unit_weight = WEIGHT_UNIT
-        self.keep_weight = krr_weights(self.epsilon, len(labels))
-        self.total_weight = self.keep_weight + (len(labels) - 1) * self.unit_weight
+        self.keep_weight = krr_weights(self.epsilon, self.k)
+        self.total_weight = self.keep_weight + (self.k - 1) * self.unit_weight
 
     @property
-    def k(self) -> int:
-        return len(self.domain)
-
-    @property
-    def n_inputs(self) -> int:
-        return self.k
+    def domain(self) -> tuple[str, ...]:
+        assert self.values.labels is not None
+        return self.values.labels
 
     @property
     def n_outputs(self) -> int:

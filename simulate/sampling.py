@@ -13,6 +13,7 @@ import functools
 
 import numpy as np
 
+from aggregator.estimation.oracles import olh_buckets_per_seed
 from shared.mechanisms import (
     KRR,
     ExponentialGrid,
@@ -148,17 +149,6 @@ def _olh(mechanism: OLH, x: np.ndarray, generator: np.random.Generator) -> np.nd
     other = generator.integers(0, g - 1, size=x.shape, dtype=np.int64)
     other += other >= hashed
     return seed * g + np.where(keep, hashed, other)
-
-
-def olh_buckets_per_seed(
-    multipliers: np.ndarray, offsets: np.ndarray, values: np.ndarray, g: int
-) -> np.ndarray:
-    """``H_{s_i}(x_i)`` elementwise, for arrays of hash parameters and values (uint64)."""
-    work = multipliers * values + offsets
-    work >>= np.uint64(32)
-    work *= np.uint64(g)
-    work >>= np.uint64(32)
-    return work.astype(np.int64)
 
 
 def oue_ones(mechanism: OUE, true_counts: np.ndarray, generator: np.random.Generator) -> np.ndarray:

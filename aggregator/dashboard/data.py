@@ -130,10 +130,7 @@ def expected_error_at(campaign: Campaign) -> dict[str, Any]:
     if n < 1:
         return {"text": "– (no reports yet)", "expected_mse": None, "basis": unit["basis"]}
     mse = unit["expected_mse"] / n
-    values = campaign.spec.domain
-    size = (
-        len(values) if values is not None else (campaign.spec.hi or 0) - (campaign.spec.lo or 0) + 1
-    )
+    size = campaign.mechanism.n_inputs
     return {
         "text": f"squared error {mse:.3g} summed over the {size:,} values (about "
         f"±{math.sqrt(mse / size):.2g} on each value's share) at {n:,} reports",

@@ -149,7 +149,7 @@ def campaign_page(campaign_id: str) -> Any:
         ordinal=ordinal,
         grid=spec.grid if planar else None,
         value_range=(spec.lo, spec.hi) if ordinal else None,
-        domain_size=None if planar or ordinal else spec.domain_size or len(spec.domain or ()),
+        domain_size=None if planar or ordinal else campaign.mechanism.n_inputs,
         expected_error=data.expected_error_at(campaign),
         methods=[
             (m, data.METHOD_NAMES.get(m, m))

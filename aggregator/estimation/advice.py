@@ -50,6 +50,7 @@ import numpy as np
 
 from shared.errors import SpecError
 from shared.mechanisms import Geometric
+from shared.oracles import hash_range
 from shared.spec import (
     ADVISED_SCHEMA,
     DEFAULT_EXPECTED_USERS,
@@ -136,8 +137,9 @@ def pure_oracle_mse(k: int, p_star: float, q_star: float, n: int) -> float:
 
 
 def olh_buckets(epsilon: float) -> int:
-    """OLH's hash range ``g = round(e^epsilon) + 1``."""
-    return round(math.exp(epsilon)) + 1
+    """The hash range the service's OLH runs with (:func:`shared.oracles.hash_range`:
+    ``g = round(e^epsilon) + 1``, capped at 4,096 buckets)."""
+    return hash_range(epsilon)
 
 
 def oracle_mse(mechanism: str, k: int, epsilon: float, n: int) -> float:

@@ -25,6 +25,7 @@ import threading
 from abc import ABC, abstractmethod
 from functools import cached_property
 from types import SimpleNamespace
+from typing import ClassVar
 
 import numpy as np
 import scipy.fft
@@ -53,6 +54,8 @@ class SingularChannelError(ValueError):
 class Channel(ABC):
     """The operator interface every estimator works with."""
 
+    # Intervals around the unbiased estimate, whatever the method (the large-domain oracles).
+    intervals_around_unbiased: ClassVar[bool] = False
     n_inputs: int
     n_outputs: int
 

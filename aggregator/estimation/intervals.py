@@ -151,7 +151,7 @@ def confidence_interval(
     notes: list[str] = []
     if unbiased is None and (point.min() < 0 or point.max() > 1):
         unbiased = point
-    if getattr(channel, "intervals_around_unbiased", False):
+    if channel.intervals_around_unbiased:
         # Large-domain oracles: the unbiased estimate's variance is in closed form, and a
         # bootstrap would rerun the whole estimate per replicate.
         if unbiased is None:

@@ -118,10 +118,11 @@ POOL_PEEL_THRESHOLDS = (0.1, 0.03, 0.01, 0.0)
 
 
 def olh_buckets_per_seed(
-    multipliers: np.ndarray, offsets: np.ndarray, value: int, g: int
+    multipliers: np.ndarray, offsets: np.ndarray, value: int | np.ndarray, g: int
 ) -> np.ndarray:
-    """``H_s(value)`` for every seed ``s`` of a pool, as indices."""
-    work = multipliers * np.uint64(value) + offsets
+    """``H_s(value)`` for every seed ``s`` of a pool, as indices (elementwise for arrays of
+    seeds' parameters and values)."""
+    work = multipliers * np.asarray(value, dtype=np.uint64) + offsets
     work >>= np.uint64(32)
     work *= np.uint64(g)
     work >>= np.uint64(32)

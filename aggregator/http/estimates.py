@@ -17,7 +17,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 import flask
 import numpy as np
@@ -138,7 +138,7 @@ def cell_label(row: int, col: int) -> str:
     return f"r{row}c{col}"
 
 
-def is_oracle(mechanism: Mechanism) -> bool:
+def is_oracle(mechanism: Mechanism) -> TypeGuard[OLH | HadamardResponse]:
     """Whether the campaign's mechanism is a large-domain frequency oracle (OLH, Hadamard)."""
     return isinstance(mechanism, (OLH, HadamardResponse))
 
@@ -345,7 +345,7 @@ def estimate_response(
             field="method",
             code="method_not_applicable",
         ) from exc
-    if isinstance(mechanism, (OLH, HadamardResponse)):
+    if is_oracle(mechanism):
         return {**head, **oracle_body(mechanism, result, vector)}
     response = {**head, **result.to_dict(output_labels(mechanism))}
     if not isinstance(mechanism, GridMechanism):

@@ -239,8 +239,8 @@ def _enrollment_tokens_path() -> dict[str, Any]:
 
 
 def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
-    specs = _SPEC_VARIANTS.values()
     """The OpenAPI document for a server that takes batches of up to ``max_batch`` reports."""
+    specs = _SPEC_VARIANTS.values()
     estimate = {
         "type": "object",
         "required": ["campaign", "method", "n", "estimates"],
