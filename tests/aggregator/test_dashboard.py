@@ -448,3 +448,14 @@ def test_an_olh_campaign_page_and_its_top_values(signed_in, admin, analyst):
     assert ours["estimates"][0]["value"] == 123
     csv = signed_in.get("/dashboard/data/campaigns/apps/estimate.csv").get_data(as_text=True)
     assert csv.splitlines()[1].startswith("123,")
+
+
+def test_the_expected_error_of_a_campaign_given_by_its_domain_size_counts_every_value(
+    signed_in, admin
+):
+    # The page read the domain's size from its labels or range: 1 value for domain_size.
+    spec = {**OLH_SPEC, "domain_size": 5_000}
+    assert signed_in.post("/api/v1/campaigns", json=spec, headers=admin).status_code == 201
+    post_reports(signed_in, spec, list(range(100)), seed=7)
+    page = signed_in.get("/dashboard/campaigns/apps").get_data(as_text=True)
+    assert "summed over the 5,000 values" in page
