@@ -56,6 +56,9 @@ class Channel(ABC):
 
     # Intervals around the unbiased estimate, whatever the method (the large-domain oracles).
     intervals_around_unbiased: ClassVar[bool] = False
+    # IBU over-relaxed after this many plain EM steps: each later step multiplies ``p`` by its
+    # EM factor to the power 1.75 (docs/estimation.md); None: plain EM steps throughout.
+    ibu_relax_after: ClassVar[int | None] = None
     n_inputs: int
     n_outputs: int
 
@@ -259,9 +262,18 @@ class _PlanarIBUSteps(planar_steps.GridSteps):
         )
 
     def advance(self, steps: int, tol: float) -> tuple[int, float]:
-        return self._loops.ibu_advance(
-            *self._operands(), self._counts, self._p, self._predicted, steps, tol
+        taken, change = self._loops.ibu_advance(
+            *self._operands(),
+            self._counts,
+            self._p,
+            self._predicted,
+            steps,
+            tol,
+            self.steps_taken,
+            self._relax_after,
         )
+        self.steps_taken += taken
+        return taken, change
 
 
 class GridKernelChannel(Channel):
@@ -292,6 +304,11 @@ class GridKernelChannel(Channel):
     Values carry an absolute rounding error of about 1e-16 of the total mass
     (the cumulative sums are of order one).
     """
+
+    # Spiky truths (check-ins on venues) call for hundreds of IBU steps; after the first 30,
+    # raising the EM factor to 1.75 covers the same path in about 1 / 1.75 as many (not 2: a
+    # direction EM settles in one step would oscillate without decaying there).
+    ibu_relax_after = 30
 
     def __init__(self, kernel: np.ndarray, rows: int, cols: int):
         if kernel.shape != (2 * rows + 1, 2 * cols + 1):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aggregator.estimation import budget
+from aggregator.estimation import budget, planar_steps
 from aggregator.estimation.channels import KRRChannel
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 
@@ -111,7 +111,9 @@ class IBUSteps:
     """IBU's steps on one set of counts, through the channel's ``forward`` and ``backward``.
 
     ``p`` starts uniform; ``predicted`` is always ``forward(p)``. A channel
-    may run the same steps faster (:meth:`channels.Channel.ibu_steps`).
+    may run the same steps faster (:meth:`channels.Channel.ibu_steps`), and
+    may have them over-relaxed after a number of steps
+    (:attr:`channels.Channel.ibu_relax_after`); ``steps_taken`` counts them.
     """
 
     def __init__(self, channel, counts: np.ndarray):
@@ -120,6 +122,8 @@ class IBUSteps:
         self._observed = counts > 0
         self.p = np.full(channel.n_inputs, 1.0 / channel.n_inputs)
         self.predicted = channel.forward(self.p)
+        self._relax_after = channel.ibu_relax_after
+        self.steps_taken = 0
 
     def advance(self, steps: int, tol: float) -> tuple[int, float]:
         """Up to ``steps`` steps, stopping after one that changes no frequency by more than
@@ -130,10 +134,14 @@ class IBUSteps:
             ratio = np.zeros_like(self.predicted)
             with np.errstate(divide="ignore"):
                 np.divide(self._counts, self.predicted, out=ratio, where=self._observed)
-            updated = self.p * self._channel.backward(ratio)
+            factor = self._channel.backward(ratio)
+            if self._relax_after is not None and self.steps_taken >= self._relax_after:
+                factor = planar_steps.relax(np.array(factor))
+            updated = self.p * factor
             updated /= updated.sum()
             change = float(np.max(np.abs(updated - self.p)))
             taken += 1
+            self.steps_taken += 1
             self.p = updated
             self.predicted = self._channel.forward(updated)
             if change <= tol:

@@ -97,8 +97,9 @@ def ibu_forward(fft, kernels, edges, p, predicted, bordered):
 
 
 @njit(**COMPILE)  # type: ignore[call-overload]  # numba's overloads take no **dict[str, object]
-def ibu_update(fft, kernels, edges, counts, p, predicted, ratio):
-    """One EM update of ``p`` in place; returns the largest change of a frequency.
+def ibu_update(fft, kernels, edges, counts, p, predicted, ratio, relaxed):
+    """One EM update of ``p`` in place, over-relaxed if ``relaxed`` (the factor to the power
+    1.75, as ``planar_steps.relax``); returns the largest change of a frequency.
 
     ``ratio`` has a zero last row and column (``u`` padded, as ``backward`` pads it).
     """
@@ -135,7 +136,11 @@ def ibu_update(fft, kernels, edges, counts, p, predicted, ratio):
     column_totals = np.zeros(cols)
     for i in range(rows):
         for j in range(cols):
-            value = p[i, j] * ((along_rows[j] + along_columns[i]) + result[i, j])
+            factor = (along_rows[j] + along_columns[i]) + result[i, j]
+            if relaxed:
+                factor = max(factor, 0.0)
+                factor *= np.sqrt(factor * np.sqrt(factor))
+            value = p[i, j] * factor
             ratio[i, j] = value
             column_totals[j] += value
     total = column_totals.sum()
@@ -149,17 +154,19 @@ def ibu_update(fft, kernels, edges, counts, p, predicted, ratio):
 
 
 @njit(**COMPILE)  # type: ignore[call-overload]  # numba's overloads take no **dict[str, object]
-def ibu_advance(fft, kernels, edges, counts, p, predicted, steps, tol):
+def ibu_advance(fft, kernels, edges, counts, p, predicted, steps, tol, done, relax_after):
     """Up to ``steps`` IBU steps, stopping after one that changes no frequency by more than
-    ``tol``; ``p`` and ``predicted`` are updated in place. Returns the steps taken and the
-    last step's largest change."""
+    ``tol``; ``p`` and ``predicted`` are updated in place. ``done`` steps were taken before;
+    the steps after the first ``relax_after`` are over-relaxed. Returns the steps taken and
+    the last step's largest change."""
     rows, cols = p.shape
     bordered = np.zeros((rows + 1, cols + 1))
     ratio = np.zeros((rows + 1, cols + 1))
     taken = 0
     change = np.inf
     while taken < steps:
-        change = ibu_update(fft, kernels, edges, counts, p, predicted, ratio)
+        relaxed = done + taken >= relax_after
+        change = ibu_update(fft, kernels, edges, counts, p, predicted, ratio, relaxed)
         taken += 1
         ibu_forward(fft, kernels, edges, p, predicted, bordered)
         if change <= tol:

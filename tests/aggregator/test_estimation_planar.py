@@ -315,3 +315,28 @@ def test_large_grid_is_solved_by_gmres_on_the_operator():
     assert len(calls) < 1000
     fitted = MatrixInversion().fit(1e6 * q, channel)
     np.testing.assert_allclose(fitted.unbiased_, p, atol=1e-10)
+
+
+def test_ibu_steps_are_plain_em_for_30_steps_then_over_relaxed_to_the_same_fit(monkeypatch):
+    channel = PlanarLaplaceChannel(epsilon=0.5, cell_size_m=1.0, rows=12, cols=10)
+    counts = noisy_counts(channel, 20_000, seed=11)
+    relaxed = channel.ibu_steps(counts)
+    monkeypatch.setattr(PlanarLaplaceChannel, "ibu_relax_after", None)
+    plain = IBUSteps(channel, counts)
+    relaxed.advance(30, 0.0)
+    plain.advance(30, 0.0)
+    np.testing.assert_allclose(relaxed.p, plain.p, rtol=1e-11, atol=1e-15)
+    relaxed.advance(1, 0.0)
+    plain.advance(1, 0.0)
+    assert np.max(np.abs(relaxed.p - plain.p)) > 1e-6
+    # Towards the same maximum-likelihood fit, in fewer steps.
+    relaxed_taken, _ = relaxed.advance(100_000, 1e-7)
+    plain_taken, _ = plain.advance(100_000, 1e-7)
+    assert relaxed_taken < 0.8 * plain_taken
+    seen = counts > 0
+
+    def log_likelihood(steps) -> float:
+        return float(np.sum(counts[seen] * np.log(steps.predicted[seen])))
+
+    # As far up the likelihood (both crawl towards the same maximum by then).
+    assert log_likelihood(relaxed) >= log_likelihood(plain) - 1e-6
