@@ -57,6 +57,7 @@ in ``docs/estimation.md`` (``scripts/bench_coverage.py``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -64,7 +65,7 @@ import numpy as np
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
-from aggregator.estimation import budget
+from aggregator.estimation import budget, planar_steps
 from aggregator.estimation.channels import DENSE_SOLVE_LIMIT, Channel, KRRChannel
 from aggregator.estimation.estimators import IBUSteps, advance_charged
 
@@ -73,7 +74,8 @@ VARIANCE_PROBES = 16
 # of a root mean square estimated from this few.
 BOOTSTRAP_REPLICATES = 16
 # The reference fit runs IBU this many times as long as the IBU iterate closest to the estimate
-# (its equivalent regularisation), capped; its distance to the estimate measures the bias.
+# (its equivalent regularisation), capped; its distance to the estimate measures the bias. Both
+# count plain EM steps: an over-relaxed step counts planar_steps.RELAXATION of them.
 REFERENCE_FACTOR = 10
 REFERENCE_MAX_STEPS = 2000
 # Steps after the closest iterate so far before the search for it stops.
@@ -268,7 +270,8 @@ def reference_fit(
     IBU from the uniform distribution is run step by step until the iterate closest to
     ``point`` (Euclidean) is found: its step count is the estimate's equivalent regularisation
     (exactly IBU's own count when the estimate is IBU stopped early). The run then continues
-    to :data:`REFERENCE_FACTOR` times that count (at most :data:`REFERENCE_MAX_STEPS`).
+    to :data:`REFERENCE_FACTOR` times that count (at most :data:`REFERENCE_MAX_STEPS`), counted
+    in plain EM steps where the channel's steps are over-relaxed.
     """
     steps = channel.ibu_steps(counts)
     steps = IBUSteps(channel, counts) if steps is None else steps
@@ -278,10 +281,28 @@ def reference_fit(
         distance = float(np.sum((steps.p - point) ** 2))
         if distance < best_distance:
             best, best_distance = taken, distance
-    target = min(REFERENCE_MAX_STEPS, REFERENCE_FACTOR * max(best, 1))
+    target = _steps_for(
+        channel, min(REFERENCE_MAX_STEPS, REFERENCE_FACTOR * _plain_steps(channel, max(best, 1)))
+    )
     if taken < target:
         advance_charged(steps, target - taken, 0.0, channel.n_inputs)
     return best, steps.p.copy()
+
+
+def _plain_steps(channel: Channel, steps: int) -> float:
+    """How many plain EM steps ``steps`` of the channel's IBU steps go as far as."""
+    after = channel.ibu_relax_after
+    if after is None or steps <= after:
+        return steps
+    return after + planar_steps.RELAXATION * (steps - after)
+
+
+def _steps_for(channel: Channel, plain: float) -> int:
+    """The fewest of the channel's IBU steps that go as far as ``plain`` plain EM steps."""
+    after = channel.ibu_relax_after
+    if after is None or plain <= after:
+        return math.ceil(plain)
+    return after + math.ceil((plain - after) / planar_steps.RELAXATION)
 
 
 def inversion_variance(

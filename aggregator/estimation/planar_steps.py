@@ -28,8 +28,12 @@ DEFAULT_WORKERS = 1
 NEVER = 2**62
 
 
+# Over-relaxed steps raise the EM factor to this power (channels.Channel.ibu_relax_after).
+RELAXATION = 1.75
+
+
 def relax(factor: np.ndarray) -> np.ndarray:
-    """``factor ** 1.75`` in place (negative round-off taken as 0), as ``f sqrt(f sqrt(f))``:
+    """``factor ** RELAXATION`` (1.75) in place (negative round-off taken as 0), as ``f sqrt(f sqrt(f))``:
     two square roots cost a fraction of a general power."""
     np.maximum(factor, 0.0, out=factor)
     root = np.sqrt(factor)
