@@ -24,17 +24,15 @@ if TYPE_CHECKING:
 # their thread pools), and two threads made a 40 x 40 grid's transforms slower, not faster, on
 # the benchmark machine (80 x 80 transforms are too small to share).
 DEFAULT_WORKERS = 1
+# Over-relaxed steps raise the EM factor to this power (channels.Channel.ibu_relax_after).
+RELAXATION = 1.75
 # A step count no run reaches: never over-relaxed.
 NEVER = 2**62
 
 
-# Over-relaxed steps raise the EM factor to this power (channels.Channel.ibu_relax_after).
-RELAXATION = 1.75
-
-
 def relax(factor: np.ndarray) -> np.ndarray:
-    """``factor ** RELAXATION`` (1.75) in place (negative round-off taken as 0), as ``f sqrt(f sqrt(f))``:
-    two square roots cost a fraction of a general power."""
+    """``factor ** RELAXATION`` (1.75) in place, negative round-off taken as 0: computed as
+    ``f sqrt(f sqrt(f))``, two square roots costing a fraction of a general power."""
     np.maximum(factor, 0.0, out=factor)
     root = np.sqrt(factor)
     root *= factor
