@@ -56,6 +56,10 @@ EXTRA = (
     ("spiky", 100, 2.0, 3000),
     ("zipf", 1000, 1.0, 20_000),
     ("uniform-ish", 1000, 2.0, 100_000),
+    ("zipf", 7, 1.0, 1500),  # the demo's commute campaign
+    ("spiky", 7, 1.0, 1500),
+    ("uniform-ish", 7, 1.0, 1500),
+    ("zipf", 20, 1.0, 3000),
 )
 
 
