@@ -16,6 +16,9 @@ Configurations (default run, a few minutes on 2 cores):
 * planar Laplace on a synthetic clustered city (8 Gaussian hotspots over a
   10% uniform background) on 20 x 20 and 64 x 64 grids of 100 and 150 m cells,
   epsilon ln 2 and ln 4 per 100 m, n = 10^3 .. 10^5;
+* the exponential mechanism over the same city's 64 x 64 cells of 150 m
+  (``exponential_grid``, Manhattan and Euclidean distance), epsilon ln 2 and
+  ln 4 per 100 m, n = 10^3 .. 10^5;
 * with ``../shared/data/gowalla_sf_downtown.csv`` (or ``--data``): the
   check-ins' cell shares on their 20 x 20 grid of 150 m cells, planar Laplace
   at ln 2 and ln 4 per 100 m and k-RR over the 400 cells at ln 8.
@@ -58,7 +61,7 @@ import aggregator.estimation.compute as estimation_compute  # noqa: E402
 from aggregator.estimation import channel_for, estimate  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
 from shared.geo import EARTH_RADIUS_M, Grid, Region  # noqa: E402
-from shared.mechanisms import KRR, Mechanism, PlanarLaplace  # noqa: E402
+from shared.mechanisms import KRR, ExponentialGrid, Mechanism, PlanarLaplace  # noqa: E402
 from simulate.populations import Population  # noqa: E402
 
 SECTION = "coverage"
@@ -150,6 +153,19 @@ def planar_configs(quick: bool) -> Iterator[Config]:
                 family = f"planar, {cells} x {cells}, clustered city"
                 setting = f"{cell_m:g} m cells, ln {level} / 100 m"
                 yield Config(family, setting, mechanism, truth, n)
+
+
+def exponential_grid_configs(quick: bool) -> Iterator[Config]:
+    if quick:
+        return
+    grid = square_grid(64, 150.0)
+    truth = Population.clustered_city(grid, seed=64).probabilities
+    for metric in ("manhattan", "euclidean"):
+        for level in (2, 4):
+            mechanism = ExponentialGrid(epsilon=math.log(level) / 100, grid=grid, metric=metric)
+            for n in (1_000, 10_000, 100_000):
+                family = f"exponential grid, {metric}, 64 x 64, clustered city"
+                yield Config(family, f"150 m cells, ln {level} / 100 m", mechanism, truth, n)
 
 
 def data_configs(path: Path, quick: bool) -> Iterator[Config]:
@@ -286,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         configs += [(c, PLANAR_TRIALS) for c in data_configs(args.data, args.quick)]
     else:
         print(f"{args.data} not found: the SF check-in rows are skipped", file=sys.stderr)
+    # After the check-ins, so that their rows keep their seeds.
+    configs += [(c, PLANAR_TRIALS) for c in exponential_grid_configs(args.quick)]
     if args.quick:
         configs = [(config, 3) for config, _ in configs]
     configs = [(config, trials) for config, trials in configs if args.only in config.family]
@@ -308,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick or args.only:
         return 0
     trials_text = (
-        f"{KRR_TRIALS} trials per k-RR configuration, {PLANAR_TRIALS} per planar one; "
+        f"{KRR_TRIALS} trials per k-RR configuration, {PLANAR_TRIALS} per planar or "
+        "exponential-grid one; "
         f"nominal {CONFIDENCE:.0%} intervals of the default estimate; "
         "(!) marks coverage outside 90-99.5%."
     )

@@ -418,6 +418,22 @@ class GridKernelChannel(Channel):
         )
         return scipy.fft.irfft2(spectrum, shape)[:rows, :cols].ravel()
 
+    def noise_reach(self, mass: float) -> int:
+        """The half-width, in cells, of the smallest square around a cell that holds at least
+        ``mass`` of its reports' noise (the kernel's mass within that many rows and columns).
+        """
+        if not 0 < mass <= 1:
+            raise ValueError(f"mass must be in (0, 1], got {mass!r}")
+        rows, cols = self.rows, self.cols
+        # Mass of the square of half-width h: the kernel's centred sub-square.
+        for reach in range(max(rows, cols)):
+            square = self.kernel[
+                max(rows - reach, 0) : rows + reach + 1, max(cols - reach, 0) : cols + reach + 1
+            ]
+            if square.sum() >= mass * (1 - 1e-12):
+                return reach
+        return max(rows, cols)
+
     def ibu_steps(self, counts: np.ndarray) -> _PlanarIBUSteps | planar_steps.IBUSteps | None:
         """IBU steps of four transforms each: on ``scipy.fft``, or compiled around FFTW's
         plans where the ``fast`` extra (pyFFTW, numba) is installed; None for a single row

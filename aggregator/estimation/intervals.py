@@ -46,6 +46,19 @@ channel and on the estimate, not on the caller:
   replicates' degrees of freedom. A percentile or basic bootstrap interval
   only carries the replicates' spread around their own mean and missed the
   truth in about a quarter of the cases at a nominal 95%.
+* **Grid cells the reports do not resolve (planar and other grid channels,
+  any estimate): bounds from the counts around them.** The reports bound the
+  mean share of any square window around a cell (its report count is
+  binomial; where shares are even at the window's scale its report share is
+  its true mass). A cell is unresolved when the smallest of those bounds, over
+  windows of growing size, comes from a window wider than the noise's reach
+  (the square holding :data:`NOISE_REACH_MASS` of the noise), or when no
+  report landed within that reach: the estimate there has only the noise's
+  structure, and where no report fell it and its bootstrap world put about
+  nothing, so bootstrap intervals missed a thin even share (64 x 64 cells
+  from 1,000 reports covered 75-92%). Its upper end is raised to that
+  smallest bound, and where no report fell within reach its lower end is 0
+  (:func:`unresolved_cells`).
 
 Every interval is then made to hold its point estimate (clipped into
 [0, 1]), clipped to [0, 1], and given at least the width ``1 / (n k)`` (one
@@ -62,11 +75,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import betaincinv
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
 from aggregator.estimation import budget, planar_steps
-from aggregator.estimation.channels import DENSE_SOLVE_LIMIT, Channel, KRRChannel
+from aggregator.estimation.channels import (
+    DENSE_SOLVE_LIMIT,
+    Channel,
+    GridKernelChannel,
+    KRRChannel,
+)
 from aggregator.estimation.estimators import IBUSteps, advance_charged
 
 VARIANCE_PROBES = 16
@@ -82,9 +101,13 @@ REFERENCE_MAX_STEPS = 2000
 MATCH_PATIENCE = 10
 # Below this many reports the intervals' coverage has not been measured: say so.
 SMALL_SAMPLE_REPORTS = 1000
-# Below this many reports per cell, areas without reports get intervals that can miss (measured:
-# 64 x 64 cells from 1,000 reports cover 78-95%).
-SPARSE_REPORTS_PER_VALUE = 2.0
+# The noise's reach: the half-width of the smallest square around a cell holding this share of
+# the noise (GridKernelChannel.noise_reach). A grid cell with no report within it, or whose share
+# the reports bound best over a wider window, is one they do not resolve (unresolved_cells).
+NOISE_REACH_MASS = 0.9
+# Window report counts below this get Jeffreys's upper bound (a beta quantile), larger ones the
+# Wilson score bound, within 0.5% of it there (share_upper_bound).
+EXACT_BOUND_REPORTS = 100
 
 
 @dataclass(frozen=True)
@@ -183,17 +206,129 @@ def confidence_interval(
             seed=seed,
             reference=reference,
         )
-        if n < SPARSE_REPORTS_PER_VALUE * channel.n_inputs:
-            notes.append(
-                f"{n / channel.n_inputs:.2g} reports per cell: where no reports fell, the "
-                "intervals can miss low true shares (they cover less than stated)"
-            )
         method = (
             f"parametric bootstrap of the estimator's error ({replicates} replicates) and its "
             f"distance to a {REFERENCE_FACTOR}x less regularised IBU fit (the estimate matches "
             f"IBU at {equivalent} step{'' if equivalent == 1 else 's'})"
         )
+    if isinstance(channel, GridKernelChannel):
+        cells = unresolved_cells(counts, channel, confidence)
+        raised = cells.upper > high
+        empty = int(cells.no_report.sum())
+        if raised.any() or empty:
+            high = np.maximum(high, cells.upper)
+            low = np.where(cells.no_report, 0.0, low)
+            method += (
+                "; where the reports bound a cell's share best as the mean share of a wider "
+                "area, at least that bound"
+            )
+        if empty:
+            notes.append(
+                f"{empty:,} of {channel.n_inputs:,} cells had no report within {cells.reach} "
+                f"cell{'' if cells.reach == 1 else 's'} (the noise's {NOISE_REACH_MASS:.0%} "
+                "reach), so their lower ends are 0; the upper ends of "
+                f"{int(raised.sum()):,} cells were raised to the upper bound of the mean share of "
+                "the area around them, which the reports bound better than the cell's own"
+            )
     return _finished(low, high, point, n, method, notes)
+
+
+@dataclass(frozen=True)
+class UnresolvedCells:
+    """The grid cells the reports do not resolve (:func:`unresolved_cells`).
+
+    ``upper`` holds their upper bounds (0 for resolved cells), ``no_report`` marks the cells
+    with no report within ``reach`` cells, the noise's reach.
+    """
+
+    upper: np.ndarray
+    no_report: np.ndarray
+    reach: int
+
+
+def unresolved_cells(
+    counts: np.ndarray, channel: GridKernelChannel, confidence: float
+) -> UnresolvedCells:
+    """Which grid cells the reports do not resolve, and an upper bound for each.
+
+    The reports bound the mean share of any square window ``W`` of ``m`` cells around a
+    cell: its report count is ``Binomial(n, q_W)``, and where the true shares are even at
+    the window's scale ``q_W / m`` is each of its cells' share. A cell's bound is the
+    smallest, over windows of half-width 0, 1, 2, 4, ... up to the whole grid (cut at its
+    edges), of the upper bound on ``q_W`` (:func:`share_upper_bound`, one-sided at
+    ``1 - (1 - confidence) / 2``) divided by ``m``. The windows are nested and their
+    bounds move together, so the smallest is taken without a multiplicity correction; the
+    measured coverage (``docs/estimation.md``) is what supports it.
+
+    A cell is unresolved when that smallest bound comes from a window wider than the
+    noise's reach (the half-width of the square holding :data:`NOISE_REACH_MASS` of the
+    noise, :meth:`GridKernelChannel.noise_reach`), or when no report landed within the
+    reach at all: the reports then say how much lies in the area, not where in it, the
+    estimate and its bootstrap world put about nothing where no report fell, and a
+    bootstrap interval misses a thin even share there.
+    """
+    rows, cols = channel.rows, channel.cols
+    n = float(counts.sum())
+    reach = channel.noise_reach(NOISE_REACH_MASS)
+    table = _summed_area(counts.reshape(rows, cols))
+    no_report = _window_sums(table, reach)[0].ravel() < 0.5  # counts are whole numbers
+    level = 0.5 + confidence / 2
+    best = np.full(channel.n_inputs, np.inf)
+    best_radius = np.zeros(channel.n_inputs, dtype=int)
+    radius, widest = 0, max(rows, cols) - 1
+    while True:
+        sums, cells = _window_sums(table, radius)
+        bound = share_upper_bound(sums.ravel(), n, level) / cells.ravel()
+        better = bound < best
+        best[better] = bound[better]
+        best_radius[better] = radius
+        if radius >= widest:
+            break
+        radius = min(max(2 * radius, 1), widest)
+    unresolved = no_report | (best_radius > reach)
+    return UnresolvedCells(np.where(unresolved, best, 0.0), no_report, reach)
+
+
+def share_upper_bound(counts: np.ndarray, n: float, level: float) -> np.ndarray:
+    """One-sided upper bounds at ``level`` on binomial proportions ``counts / n``.
+
+    Jeffreys's bound, the ``level`` quantile of ``Beta(c + 1/2, n - c + 1/2)`` (1 at
+    ``c = n``), which holds close to its level with few successes where the exact
+    Clopper-Pearson bound holds well above it (Brown, Cai and DasGupta, Statistical Science
+    2001); from :data:`EXACT_BOUND_REPORTS` counts up, the Wilson score bound, within 0.5%
+    of it there, without a beta quantile per value.
+    """
+    counts = np.asarray(counts, dtype=float)
+    upper = wilson_interval(counts, n, float(norm.ppf(level)))[1]
+    few = counts < min(EXACT_BOUND_REPORTS, n)
+    if np.any(few):
+        values, index = np.unique(counts[few], return_inverse=True)
+        upper[few] = betaincinv(values + 0.5, n - values + 0.5, level)[index]
+    return np.minimum(upper, 1.0)
+
+
+def _summed_area(grid: np.ndarray) -> np.ndarray:
+    """``table[i, j]`` = the sum of ``grid[:i, :j]`` (a zero row and column in front)."""
+    table = np.zeros((grid.shape[0] + 1, grid.shape[1] + 1))
+    table[1:, 1:] = grid.cumsum(axis=0).cumsum(axis=1)
+    return table
+
+
+def _window_sums(table: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell, the sum over the square of half-width ``radius`` around it (cut at the grid's
+    edges) from a :func:`_summed_area` table, and the number of cells in that square."""
+    rows, cols = table.shape[0] - 1, table.shape[1] - 1
+    top = np.clip(np.arange(rows) - radius, 0, rows)
+    bottom = np.clip(np.arange(rows) + radius + 1, 0, rows)
+    left = np.clip(np.arange(cols) - radius, 0, cols)
+    right = np.clip(np.arange(cols) + radius + 1, 0, cols)
+    sums = (
+        table[np.ix_(bottom, right)]
+        - table[np.ix_(top, right)]
+        - table[np.ix_(bottom, left)]
+        + table[np.ix_(top, left)]
+    )
+    return sums, np.outer(bottom - top, right - left)
 
 
 def krr_score_interval(
