@@ -37,6 +37,7 @@ trials and only prints::
     python scripts/bench_coverage.py           # full run
     python scripts/bench_coverage.py --quick   # smoke run (seconds)
     python scripts/bench_coverage.py --only planar   # some configurations (print only)
+    python scripts/bench_coverage.py --only planar --replicates 8   # fewer bootstrap refits
 """
 
 from __future__ import annotations
@@ -204,8 +205,9 @@ def timed_intervals(record: list[float]) -> Iterator[None]:
         estimation_compute.confidence_interval = original
 
 
-def run(config: Config, trials: int, seed: int) -> Tally:
-    """``trials`` default estimates of ``config``'s counts, tallied."""
+def run(config: Config, trials: int, seed: int, replicates: int | None = None) -> Tally:
+    """``trials`` default estimates of ``config``'s counts, tallied (``replicates``: the
+    error bootstrap's, if not the service's)."""
     channel = channel_for(config.mechanism)
     truth = config.truth
     report_shares = np.maximum(channel.forward(truth), 0.0)
@@ -219,7 +221,12 @@ def run(config: Config, trials: int, seed: int) -> Tally:
         with timed_intervals(interval_times):
             started = time.perf_counter()
             result = estimate(
-                config.mechanism, counts, confidence=CONFIDENCE, seed=trial, channel=channel
+                config.mechanism,
+                counts,
+                confidence=CONFIDENCE,
+                seed=trial,
+                channel=channel,
+                n_bootstrap=replicates,
             )
             tally.seconds.append(time.perf_counter() - started)
         tally.interval_seconds.append(sum(interval_times))
@@ -292,6 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", default="", help="run the configurations whose name contains this; print only"
     )
+    parser.add_argument(
+        "--replicates",
+        type=int,
+        default=None,
+        help="the error bootstrap's replicates, if not the service's (print only)",
+    )
     args = parser.parse_args(argv)
 
     configs = [
@@ -310,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     started = time.perf_counter()
     for index, (config, trials) in enumerate(configs):
-        tally = run(config, trials, seed=args.seed + index)
+        tally = run(config, trials, seed=args.seed + index, replicates=args.replicates)
         results.append((config, tally))
         name, worst = tally.worst_class
         print(
@@ -323,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{time.perf_counter() - started:.0f} s\n")
     summary, full = summary_table(results), full_table(results)
     print(summary, "\n", full, sep="\n")
-    if args.quick or args.only:
+    if args.quick or args.only or args.replicates is not None:
         return 0
     trials_text = (
         f"{KRR_TRIALS} trials per k-RR configuration, {PLANAR_TRIALS} per planar or "
