@@ -329,6 +329,18 @@ def test_share_upper_bound_is_jeffreys_then_wilson():
     assert np.all(np.abs(bound[~few][:2] / jeffreys - 1) < 0.005)
 
 
+def city_coverage(level: float, n: int, count: int, *, seed: int, background: float):
+    """Surveys of a clustered city on 64 x 64 cells of 150 m at epsilon ln ``level`` per
+    100 m: per (survey, cell), whether the interval held the truth; the cells at or below
+    the uniform share; the estimates."""
+    grid = square_grid(64, 150.0)
+    city = Population.clustered_city(grid, seed=64, background=background).probabilities
+    mechanism = PlanarLaplace(epsilon=math.log(level) / 100, grid=grid)
+    results = list(surveys(mechanism, city, n, count, seed=seed))
+    covered = np.array([(r.ci_low <= city) & (city <= r.ci_high) for r in results])
+    return covered, city <= 1 / city.size, results
+
+
 @pytest.mark.parametrize("level", [4, 2])
 def test_sparse_planar_grid_intervals_cover_the_thin_background(level):
     # 64 x 64 cells of 150 m, epsilon ln 4 (ln 2) per 100 m, 1,000 reports (a quarter of a report
@@ -340,12 +352,7 @@ def test_sparse_planar_grid_intervals_cover_the_thin_background(level):
     # the city, so the pooled band is wide. The mean width bound (7.6e-4 and 7.9e-4 before,
     # 7.8e-4 and 8.0e-4 now) rules out passing by widening everything: bounding the mass of the
     # noise's reach instead of its mean share gave 1.4-2.1e-3.
-    grid = square_grid(64, 150.0)
-    city = Population.clustered_city(grid, seed=64).probabilities
-    mechanism = PlanarLaplace(epsilon=math.log(level) / 100, grid=grid)
-    small = city <= 1 / city.size
-    results = list(surveys(mechanism, city, 1_000, 10, seed=17))
-    covered = np.array([(r.ci_low <= city) & (city <= r.ci_high) for r in results])
+    covered, small, results = city_coverage(level, 1_000, 10, seed=17, background=0.1)
     assert 0.90 <= covered.mean() <= 0.998, covered.mean()
     assert covered[:, small].mean() >= 0.90, covered[:, small].mean()
     assert np.mean([np.mean(r.ci_high - r.ci_low) for r in results]) <= 1e-3
@@ -362,12 +369,7 @@ def test_thin_background_is_covered_where_reports_fall_but_do_not_resolve_it(lev
     # 0.674 (0.778) of the cells at or below the uniform share. Those cells' shares are bounded
     # best as the mean of a wider area: 0.954 (0.947), small cells 0.948 (0.939); 0.946-0.952
     # (0.933-0.935) with seeds 0-1. Mean widths 3.97e-4 (4.91e-4) before, 3.99e-4 (4.94e-4) now.
-    grid = square_grid(64, 150.0)
-    city = Population.clustered_city(grid, seed=64, background=0.02).probabilities
-    mechanism = PlanarLaplace(epsilon=math.log(level) / 100, grid=grid)
-    small = city <= 1 / city.size
-    results = list(surveys(mechanism, city, 10_000, 6, seed=18))
-    covered = np.array([(r.ci_low <= city) & (city <= r.ci_high) for r in results])
+    covered, small, results = city_coverage(level, 10_000, 6, seed=18, background=0.02)
     assert 0.90 <= covered.mean() <= 0.998, covered.mean()
     assert covered[:, small].mean() >= 0.88, covered[:, small].mean()
     assert np.mean([np.mean(r.ci_high - r.ci_low) for r in results]) <= widest
