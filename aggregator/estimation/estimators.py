@@ -134,9 +134,10 @@ class IBUSteps:
             ratio = np.zeros_like(self.predicted)
             with np.errstate(divide="ignore"):
                 np.divide(self._counts, self.predicted, out=ratio, where=self._observed)
-            factor = self._channel.backward(ratio)
+            # Non-negative in exact arithmetic: round-off below 0 would leave p at -1e-250.
+            factor = np.maximum(self._channel.backward(ratio), 0.0)
             if self._relax_after is not None and self.steps_taken >= self._relax_after:
-                factor = planar_steps.relax(np.array(factor))
+                planar_steps.relax(factor)
             updated = self.p * factor
             updated /= updated.sum()
             change = float(np.max(np.abs(updated - self.p)))

@@ -136,9 +136,9 @@ def ibu_update(fft, kernels, edges, counts, p, predicted, ratio, relaxed):
     column_totals = np.zeros(cols)
     for i in range(rows):
         for j in range(cols):
-            factor = (along_rows[j] + along_columns[i]) + result[i, j]
+            # Non-negative in exact arithmetic: round-off below 0 would leave p at -1e-250.
+            factor = max((along_rows[j] + along_columns[i]) + result[i, j], 0.0)
             if relaxed:
-                factor = max(factor, 0.0)
                 factor *= np.sqrt(factor * np.sqrt(factor))
             value = p[i, j] * factor
             ratio[i, j] = value

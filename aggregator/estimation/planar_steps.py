@@ -31,9 +31,8 @@ NEVER = 2**62
 
 
 def relax(factor: np.ndarray) -> np.ndarray:
-    """``factor ** RELAXATION`` (1.75) in place, negative round-off taken as 0: computed as
+    """``factor ** RELAXATION`` (1.75) in place for a non-negative ``factor``: computed as
     ``f sqrt(f sqrt(f))``, two square roots costing a fraction of a general power."""
-    np.maximum(factor, 0.0, out=factor)
     root = np.sqrt(factor)
     root *= factor
     np.sqrt(root, out=root)
@@ -136,6 +135,8 @@ class IBUSteps(GridSteps):
         # Minus the last column's row differences; the last row less its right neighbour.
         backward += (channel._last_col @ -rows_diff[: rows - 1, cols - 1])[:, None]
         backward += channel._last_row @ (ratio[rows - 1, :cols] - ratio[rows - 1, 1:])
+        # Non-negative in exact arithmetic: round-off below 0 would leave p at -1e-250.
+        np.maximum(backward, 0.0, out=backward)
         if self.steps_taken >= self._relax_after:
             relax(backward)
         backward *= p
