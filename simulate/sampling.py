@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from aggregator.estimation.oracles import olh_buckets_per_seed
+from aggregator.estimation.oracles import olh_buckets
 from shared.mechanisms import (
     KRR,
     ExponentialGrid,
@@ -144,7 +144,7 @@ def _olh(mechanism: OLH, x: np.ndarray, generator: np.random.Generator) -> np.nd
     g = mechanism.g
     seed = generator.integers(0, mechanism.pool_size, size=x.shape, dtype=np.int64)
     pool = np.array(mechanism.pool, dtype=np.uint64).reshape(-1, 2)
-    hashed = olh_buckets_per_seed(pool[seed, 0], pool[seed, 1], x.astype(np.uint64), g)
+    hashed = olh_buckets(pool[seed, 0], pool[seed, 1], x.astype(np.uint64), g).astype(np.intp)
     keep = generator.random(x.shape) < mechanism.p_keep
     other = generator.integers(0, g - 1, size=x.shape, dtype=np.int64)
     other += other >= hashed

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from aggregator.estimation.grid_kernel import mean_displacement_cells
 from shared.errors import SpecError
 from shared.mechanisms import Geometric
 from shared.oracles import hash_range
@@ -136,12 +137,6 @@ def pure_oracle_mse(k: int, p_star: float, q_star: float, n: int) -> float:
     return (k * q_star * (1 - q_star) / gap**2 + (1 - p_star - q_star) / gap) / n
 
 
-def olh_buckets(epsilon: float) -> int:
-    """The hash range the service's OLH runs with (:func:`shared.oracles.hash_range`:
-    ``g = round(e^epsilon) + 1``, capped at 4,096 buckets)."""
-    return hash_range(epsilon)
-
-
 def oracle_mse(mechanism: str, k: int, epsilon: float, n: int) -> float:
     """The closed form of a categorical oracle (see the module docstring)."""
     _check(k, epsilon, n)
@@ -153,7 +148,7 @@ def oracle_mse(mechanism: str, k: int, epsilon: float, n: int) -> float:
     if mechanism == OUE:
         return pure_oracle_mse(k, 0.5, 1 / (e + 1), n)
     if mechanism == OLH:
-        g = olh_buckets(epsilon)
+        g = hash_range(epsilon)
         return pure_oracle_mse(k, e / (e + g - 1), 1 / g, n)
     if mechanism == HADAMARD_RESPONSE:
         return pure_oracle_mse(k, e / (e + 1), 0.5, n)
@@ -212,7 +207,7 @@ def _why(mechanism: str, k: int, epsilon: float) -> str:
         return "unary encoding: 4e^eps / (e^eps - 1)^2 per value, whatever k; reports are k bits"
     if mechanism == OLH:
         return (
-            f"local hashing into g = {olh_buckets(epsilon)} buckets: about OUE's error with "
+            f"local hashing into g = {hash_range(epsilon)} buckets: about OUE's error with "
             "reports of a few bytes"
         )
     if mechanism == HADAMARD_RESPONSE:
@@ -307,28 +302,25 @@ def rank_region(cell_size_m: float, epsilon: float) -> list[Option]:
             details={"mean_displacement_m": 2.0 / epsilon},
         )
     ]
-    if hosted(EXPONENTIAL_GRID):
-        from aggregator.estimation.grid_kernel import mean_displacement_cells
-
-        # Manhattan at epsilon / sqrt(2) per Manhattan metre: no two places less protected
-        # than at epsilon per straight-line metre (the Manhattan distance is at most sqrt(2)
-        # times it). Displacements are straight-line metres for every mechanism.
-        for metric, per_metre in ((EUCLIDEAN, epsilon), (MANHATTAN, epsilon / math.sqrt(2))):
-            step = per_metre * cell_size_m
-            if not MIN_GRID_STEP_EPSILON <= step <= MAX_GRID_STEP_EPSILON:
-                continue  # the spec refuses it: nothing to rank (nor lattices to sum)
-            cells = mean_displacement_cells(step, metric)
-            options.append(
-                Option(
-                    mechanism=EXPONENTIAL_GRID,
-                    expected_mse=None,
-                    epsilon=per_metre,
-                    basis=PROXY,
-                    why=f"the exponential mechanism over cells ({metric} distance)",
-                    hosted=True,
-                    details={"metric": metric, "mean_displacement_m": cells * cell_size_m},
-                )
+    # Manhattan at epsilon / sqrt(2) per Manhattan metre: no two places less protected
+    # than at epsilon per straight-line metre (the Manhattan distance is at most sqrt(2)
+    # times it). Displacements are straight-line metres for every mechanism.
+    for metric, per_metre in ((EUCLIDEAN, epsilon), (MANHATTAN, epsilon / math.sqrt(2))):
+        step = per_metre * cell_size_m
+        if not MIN_GRID_STEP_EPSILON <= step <= MAX_GRID_STEP_EPSILON:
+            continue  # the spec refuses it: nothing to rank (nor lattices to sum)
+        cells = mean_displacement_cells(step, metric)
+        options.append(
+            Option(
+                mechanism=EXPONENTIAL_GRID,
+                expected_mse=None,
+                epsilon=per_metre,
+                basis=PROXY,
+                why=f"the exponential mechanism over cells ({metric} distance)",
+                hosted=True,
+                details={"metric": metric, "mean_displacement_m": cells * cell_size_m},
             )
+        )
     return sorted(options, key=lambda o: o.details["mean_displacement_m"])
 
 
@@ -343,8 +335,6 @@ def expected_error(spec: CampaignSpec, n: int) -> dict[str, Any] | None:
     if spec.mechanism == PLANAR_LAPLACE:
         return {"mean_displacement_m": 2.0 / spec.epsilon, "basis": PROXY}
     if spec.mechanism == EXPONENTIAL_GRID and spec.cell_size_m is not None:
-        from aggregator.estimation.grid_kernel import mean_displacement_cells
-
         cell = spec.cell_size_m
         cells = mean_displacement_cells(spec.epsilon * cell, spec.metric or "manhattan")
         return {"mean_displacement_m": cells * cell, "basis": PROXY}

@@ -501,17 +501,7 @@ class GridKernelChannel(Channel):
 
     def dense_reference(self) -> np.ndarray:
         """The matrix built cell by cell from the kernel, without FFTs (tests only)."""
-        rows, cols = self.rows, self.cols
-        matrix = np.zeros((rows * cols, rows * cols))
-        di = np.arange(-rows, rows + 1)
-        dj = np.arange(-cols, cols + 1)
-        for x in range(rows * cols):
-            r, c = divmod(x, cols)
-            out_r = np.clip(r + di, 0, rows - 1)
-            out_c = np.clip(c + dj, 0, cols - 1)
-            target = out_r[:, None] * cols + out_c[None, :]
-            np.add.at(matrix[x], target.ravel(), self.kernel.ravel())
-        return matrix
+        return np.stack([self.row_of(x) for x in range(self.n_inputs)])
 
 
 class PlanarLaplaceChannel(GridKernelChannel):

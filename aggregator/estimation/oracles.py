@@ -56,6 +56,9 @@ class HadamardChannel(Channel):
         size = mechanism.size
         self.inside = 2 * mechanism.p_in / size
         self.outside = 2 * (1 - mechanism.p_in) / size
+        # forward is mean * sum(p) + spread * (the Walsh-Hadamard transform of p, padded).
+        self.mean = (self.inside + self.outside) / 2
+        self.spread = (self.inside - self.outside) / 2
 
     def _padded(self, p: np.ndarray) -> np.ndarray:
         padded = np.zeros((*p.shape[:-1], self.n_outputs))
@@ -64,31 +67,27 @@ class HadamardChannel(Channel):
 
     def forward(self, p: np.ndarray) -> np.ndarray:
         p = np.asarray(p, dtype=float)
-        mean = (self.inside + self.outside) / 2
-        spread = (self.inside - self.outside) / 2
-        return mean * p.sum(axis=-1, keepdims=True) + spread * walsh_hadamard(self._padded(p))
+        return self.mean * p.sum(axis=-1, keepdims=True) + self.spread * walsh_hadamard(
+            self._padded(p)
+        )
 
     def backward(self, u: np.ndarray) -> np.ndarray:
         u = np.asarray(u, dtype=float)
-        mean = (self.inside + self.outside) / 2
-        spread = (self.inside - self.outside) / 2
         transformed = walsh_hadamard(u)[..., 1 : self.n_inputs + 1]
-        return mean * u.sum(axis=-1, keepdims=True) + spread * transformed
+        return self.mean * u.sum(axis=-1, keepdims=True) + self.spread * transformed
 
     def solve_with_info(self, q: np.ndarray) -> tuple[np.ndarray, bool]:
         """The unbiased inverse: the ``p`` whose forward is ``q`` wherever ``q`` has one."""
-        spread = (self.inside - self.outside) / 2
-        if spread <= 0:
+        if self.spread <= 0:
             raise SingularChannelError(
                 "Hadamard response with epsilon this small is not invertible"
             )
         transformed = walsh_hadamard(np.asarray(q, dtype=float))[..., 1 : self.n_inputs + 1]
-        return transformed / (spread * self.n_outputs), True
+        return transformed / (self.spread * self.n_outputs), True
 
     def inversion_second_moment(self, q: np.ndarray) -> np.ndarray:
         """Every entry of the inverse is ``+-1 / (spread K)``: ``sum(q) / (spread K)^2``."""
-        spread = (self.inside - self.outside) / 2
-        return np.full(self.n_inputs, np.sum(q) / (spread * self.n_outputs) ** 2)
+        return np.full(self.n_inputs, np.sum(q) / (self.spread * self.n_outputs) ** 2)
 
 
 def _olh_loops():
@@ -101,9 +100,14 @@ def _olh_loops():
 
 
 def olh_buckets(
-    multiplier: int, offset: int, values: np.ndarray, g: int, out: np.ndarray | None = None
+    multiplier: int | np.ndarray,
+    offset: int | np.ndarray,
+    values: np.ndarray,
+    g: int,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``H(x)`` for an array of values, in uint64 arithmetic (see :func:`shared.oracles.hash_value`)."""
+    """``H(x)`` for an array of values, in uint64 arithmetic (see :func:`shared.oracles.hash_value`);
+    ``multiplier`` and ``offset`` may be arrays of seeds' parameters, broadcast against ``values``."""
     work = np.multiply(values, np.uint64(multiplier), out=out)
     work += np.uint64(offset)
     work >>= np.uint64(32)
@@ -115,18 +119,6 @@ def olh_buckets(
 # The thresholds of the rounds that peel heavy values off OLH's estimate (see
 # OLHChannel.solve_with_info); the last round uses sqrt(2 ln k) standard deviations.
 POOL_PEEL_THRESHOLDS = (0.1, 0.03, 0.01, 0.0)
-
-
-def olh_buckets_per_seed(
-    multipliers: np.ndarray, offsets: np.ndarray, value: int | np.ndarray, g: int
-) -> np.ndarray:
-    """``H_s(value)`` for every seed ``s`` of a pool, as indices (elementwise for arrays of
-    seeds' parameters and values)."""
-    work = multipliers * np.asarray(value, dtype=np.uint64) + offsets
-    work >>= np.uint64(32)
-    work *= np.uint64(g)
-    work >>= np.uint64(32)
-    return work.astype(np.intp)
 
 
 class OLHChannel(Channel):
@@ -237,10 +229,11 @@ class OLHChannel(Channel):
         its buckets are found per non-zero entry, and one gather runs over all values.
         """
         table = np.zeros((self.pool_size, self.g))
-        seeds = np.arange(self.pool_size)
-        for x in np.flatnonzero(f):
-            hashed = olh_buckets_per_seed(self.multipliers, self.offsets, int(x), self.g)
-            np.add.at(table, (seeds, hashed), f[x])
+        heavy = np.flatnonzero(f)
+        hashed = olh_buckets(
+            self.multipliers[:, None], self.offsets[:, None], heavy.astype(np.uint64), self.g
+        ).astype(np.intp)
+        np.add.at(table, (np.arange(self.pool_size)[:, None], hashed), f[heavy])
         shared = self.gather(table) / self.pool_size
         return (shared - (1 - 1 / self.g) * f - f.sum() / self.g) * self.g / (self.g - 1)
 

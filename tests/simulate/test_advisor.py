@@ -22,7 +22,6 @@ from aggregator.estimation.advice import (
     OUE,
     crossover_k,
     geometric_mse,
-    olh_buckets,
     oracle_mse,
     rank_categorical,
     rank_range,
@@ -30,6 +29,7 @@ from aggregator.estimation.advice import (
 from aggregator.estimation.oracles import HadamardChannel
 from shared.mechanisms import KRR, Geometric, HadamardResponse
 from shared.oracles import OLH as OLHMechanism
+from shared.oracles import hash_range
 from shared.spec import GEOMETRIC, RR
 from simulate.cli import main
 from simulate.sampling import sample
@@ -123,7 +123,7 @@ def test_krr_against_oue_and_olh_crosses_near_3e_plus_2(epsilon):
     for k in (crossover, 2 * crossover):
         oue = support_count_mse(0.5, 1 / (e + 1), k, seed=k)
         assert oue == pytest.approx(oracle_mse(OUE, k, epsilon, USERS), rel=TOLERANCE)
-        g = olh_buckets(epsilon)
+        g = hash_range(epsilon)
         olh = support_count_mse(e / (e + g - 1), 1 / g, k, seed=k)
         assert olh == pytest.approx(oracle_mse(OLH, k, epsilon, USERS), rel=TOLERANCE)
 
