@@ -57,6 +57,16 @@ def keep_weight(epsilon: float, unit: int = WEIGHT_UNIT) -> int:
     return max(unit, int(scaled) - 1)
 
 
+def realized_epsilon(epsilon: float, keep: int, unit: int) -> float:
+    """``ln(keep / unit)``, the privacy integer weights ``keep`` against ``unit`` actually give.
+
+    It is below ``epsilon`` exactly (:func:`keep_weight`); a float log of the rounded ratio
+    could land above it, so this takes ``log1p`` of the exact excess and caps the last-ulp
+    rounding at ``epsilon``.
+    """
+    return min(epsilon, math.log1p((keep - unit) / unit))
+
+
 def krr_weights(epsilon: float, k: int) -> int:
     """The keep weight of k-RR over ``k`` labels; :class:`ValueError` if the weights cannot realise it.
 

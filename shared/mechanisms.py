@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from shared.domain import Domain, OverDomain
 from shared.errors import ReportError
-from shared.exactness import WEIGHT_UNIT, check_planar_epsilon, krr_weights
+from shared.exactness import WEIGHT_UNIT, check_planar_epsilon, krr_weights, realized_epsilon
 from shared.geo import Grid
 from shared.rng import (
     RandomSource,
@@ -171,10 +171,7 @@ class KRR(OverDomain, Mechanism):
 
     @property
     def realized_epsilon(self) -> float:
-        # ln(keep / unit) is below epsilon exactly; a float log of the rounded ratio could
-        # land above it, so take log1p of the exact excess and cap the last-ulp rounding.
-        excess = (self.keep_weight - self.unit_weight) / self.unit_weight
-        return min(self.epsilon, math.log1p(excess))
+        return realized_epsilon(self.epsilon, self.keep_weight, self.unit_weight)
 
     def encode(self, value: Any) -> int:
         if not isinstance(value, str):

@@ -31,7 +31,7 @@ from typing import Any
 
 from shared.domain import Domain, OverDomain
 from shared.errors import ReportError
-from shared.exactness import WEIGHT_UNIT, krr_weights
+from shared.exactness import WEIGHT_UNIT, krr_weights, realized_epsilon
 from shared.mechanisms import Mechanism
 from shared.rng import RandomSource, default_rng, randbelow
 from shared.schema import positive_finite
@@ -163,8 +163,7 @@ class OLH(OverDomain, Mechanism):
 
     @property
     def realized_epsilon(self) -> float:
-        excess = (self.keep_weight - self.unit_weight) / self.unit_weight
-        return min(self.epsilon, math.log1p(excess))
+        return realized_epsilon(self.epsilon, self.keep_weight, self.unit_weight)
 
     @cached_property
     def pool(self) -> tuple[tuple[int, int], ...]:
@@ -251,8 +250,7 @@ class OUE(OverDomain):
 
     @property
     def realized_epsilon(self) -> float:
-        excess = (self.keep_weight - self.unit_weight) / self.unit_weight
-        return min(self.epsilon, math.log1p(excess))
+        return realized_epsilon(self.epsilon, self.keep_weight, self.unit_weight)
 
     def perturb_bits(self, x: int, rng: RandomSource) -> list[int]:
         """The sorted positions of the report's 1 bits for input ``x``."""
