@@ -21,6 +21,7 @@ import numpy as np
 from aggregator.estimation import budget, planar_steps
 from aggregator.estimation.channels import KRRChannel
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
+from shared.mechanisms import KRR
 
 POSTPROCESS = ("none", "clip", "projection")
 STOPPING = ("cv", "tolerance")
@@ -415,7 +416,9 @@ def _paired_se(differences: np.ndarray) -> float:
 
 
 def default_method(channel) -> str:
-    """The estimation method the service uses by default for ``channel`` (docs/estimation.md).
+    """The estimation method the service uses by default for ``channel`` (docs/estimation.md),
+    or for the mechanism it is built from (the service's API puts the large-domain oracles'
+    ``"projection"`` before this).
 
     ``"empirical_bayes"`` for k-RR over three categories or more: posterior means under a
     nonparametric prior fitted to the counts, with the raw report shares mixed in where
@@ -428,9 +431,10 @@ def default_method(channel) -> str:
     return "empirical_bayes" if has_empirical_bayes(channel) else "ibu"
 
 
-def has_empirical_bayes(channel) -> bool:
-    """Whether ``channel`` is k-RR over three categories or more, where empirical Bayes runs."""
-    return isinstance(channel, KRRChannel) and channel.n_inputs > 2
+def has_empirical_bayes(subject) -> bool:
+    """Whether ``subject`` (a channel, or the mechanism it is built from) is k-RR over three
+    categories or more, where empirical Bayes runs."""
+    return isinstance(subject, (KRRChannel, KRR)) and subject.n_inputs > 2
 
 
 def default_estimator(channel, *, seed: int = 0) -> IBU | KRREmpiricalBayes:

@@ -30,20 +30,20 @@ from aggregator.estimation import (
     budget,
     channel_for,
     estimate,
+    estimators,
     poisoning,
 )
+from aggregator.estimation.estimators import has_empirical_bayes
 from aggregator.http.errors import APIError
 from aggregator.http.parameters import QueryParameter, invalid_parameter
 from aggregator.storage.locks import Lock
 from aggregator.storage.store import Campaign, CampaignStore
 from shared.errors import ValidationError
-from shared.mechanisms import KRR, Geometric, GridMechanism, HadamardResponse, Mechanism
+from shared.mechanisms import Geometric, GridMechanism, HadamardResponse, Mechanism
 from shared.oracles import OLH
 from shared.schema import Number, String, is_positive_finite
 
 DEFAULT_METHOD = "ibu"
-# k-RR over three categories or more defaults to empirical Bayes (docs/estimation.md).
-KRR_DEFAULT_METHOD = "empirical_bayes"
 # The large-domain oracles (OLH, Hadamard response) default to the unbiased estimate projected
 # onto the simplex (Norm-Sub): one pass over the pool's hashes where IBU needs one per
 # iteration, and a smaller error than clipping (docs/mechanisms.md, scripts/bench_oracles.py).
@@ -147,14 +147,7 @@ def default_method(mechanism: Mechanism) -> str:
     """The estimation method used when a request names none."""
     if is_oracle(mechanism):
         return ORACLE_DEFAULT_METHOD
-    if has_empirical_bayes(mechanism):
-        return KRR_DEFAULT_METHOD
-    return DEFAULT_METHOD
-
-
-def has_empirical_bayes(mechanism: Mechanism) -> bool:
-    """Whether the campaign is k-RR over three categories or more, where empirical Bayes runs."""
-    return isinstance(mechanism, KRR) and mechanism.k > 2
+    return estimators.default_method(mechanism)
 
 
 def applicable_methods(mechanism: Mechanism) -> list[str]:
