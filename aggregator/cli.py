@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import click
 import redis
 
-from aggregator.estimation.advice import advise_spec
+from aggregator.estimation.advice import spec_and_advice
 from aggregator.http import estimates, export
 from aggregator.http.enrollment import new_token
 from aggregator.services import open_store
@@ -38,7 +38,6 @@ from aggregator.storage.retention import DAY_S, trim_all
 from aggregator.storage.store import CLOSED, OPEN, CampaignStore
 from shared.errors import LDPError
 from shared.mechanisms import GridMechanism
-from shared.spec import CampaignSpec
 from shared.terminal import json_text, printable
 
 # Cells ``estimate`` shows for a location campaign unless told --top N or --all.
@@ -344,11 +343,7 @@ def campaign_create(opener: StoreOpener, spec_file: Any) -> None:
         raw = json.load(spec_file)
     except ValueError as exc:
         raise click.ClickException(f"{spec_file.name} is not valid JSON: {exc}") from exc
-    advice = None
-    if isinstance(raw, dict) and "mechanism" not in raw:
-        spec, advice = advise_spec(raw)
-    else:
-        spec = CampaignSpec.from_dict(raw)
+    spec, advice = spec_and_advice(raw)
     campaign, created = opener.store().create_campaign(spec)
     if not created:
         click.echo(f"campaign {spec.id!r} already exists with this spec", err=True)

@@ -418,6 +418,20 @@ def _advised_ranking(values: dict[str, Any], n: int) -> tuple[list[Option], list
     ]
 
 
+def spec_and_advice(data: Any) -> tuple[CampaignSpec, dict[str, Any] | None]:
+    """The spec a campaign-creation body asks for, and the advice behind it when the body
+    names no mechanism (:func:`advise_spec`; ``None`` otherwise). Raises :class:`SpecError`."""
+    if isinstance(data, dict) and "mechanism" not in data:
+        return advise_spec(data)
+    if isinstance(data, dict) and "expected_users" in data:
+        raise SpecError(
+            "expected_users applies only when the server chooses the mechanism "
+            "(a campaign created without one)",
+            field="expected_users",
+        )
+    return CampaignSpec.from_dict(data), None
+
+
 def advise_spec(data: Any) -> tuple[CampaignSpec, dict[str, Any]]:
     """The spec of a campaign created without a mechanism, and the advice behind it.
 

@@ -9,7 +9,7 @@ from typing import Any
 import flask
 import redis
 
-from aggregator.estimation.advice import advise_spec
+from aggregator.estimation.advice import spec_and_advice
 from aggregator.http import estimates, export
 from aggregator.http.auth import ADMIN, ANALYST, require
 from aggregator.http.errors import APIError
@@ -31,7 +31,7 @@ from aggregator.storage.store import (
 )
 from shared.errors import ValidationError
 from shared.schema import Object, String
-from shared.spec import ID_PATTERN, SERVER_FIELDS, CampaignSpec
+from shared.spec import ID_PATTERN, SERVER_FIELDS
 
 bp = flask.Blueprint("api", __name__, url_prefix="/api/v1")
 # The body of a campaign update: only the status can change, a spec never does.
@@ -121,19 +121,8 @@ def create_campaign() -> tuple[flask.Response, int]:
         if server_fields:
             field = server_fields[0]
             raise ValidationError(f"{field} is set by the server", field=field, code="invalid_spec")
-    advice = None
-    if isinstance(body, dict) and "mechanism" not in body:
-        # No mechanism: the server chooses one for the domain (aggregator.estimation.advice).
-        spec, advice = advise_spec(body)
-    else:
-        if isinstance(body, dict) and "expected_users" in body:
-            raise ValidationError(
-                "expected_users applies only when the server chooses the mechanism "
-                "(a campaign created without one)",
-                field="expected_users",
-                code="invalid_spec",
-            )
-        spec = CampaignSpec.from_dict(body)
+    # No mechanism: the server chooses one for the domain (aggregator.estimation.advice).
+    spec, advice = spec_and_advice(body)
     campaign, created = get_store().create_campaign(spec)
     wire = campaign.to_wire()
     if advice is not None:
