@@ -10,7 +10,8 @@
 
   var root = document.getElementById("main");
   var cfg = root.dataset;
-  var planar = cfg.mechanism === "planar_laplace" || cfg.mechanism === "exponential_grid";
+  // Grid mechanisms (the server's GRID_MECHANISMS) draw maps: the page says which.
+  var planar = "grid" in cfg;
   var ordinal = cfg.mechanism === "geometric";
   var ORDINAL_TABLE_ROWS = 20;
   var refreshMs = Math.max(1, Number(cfg.refreshS) || 5) * 1000;
