@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_estimation_default import reports, zipf_krr
 
 from aggregator.estimation import IBU, budget, channel_for
 from aggregator.estimation.channels import KRRChannel
@@ -17,16 +18,6 @@ from aggregator.estimation.estimators import KRR_SE_RULE
 from shared.mechanisms import KRR
 from simulate.metrics import total_variation
 from simulate.populations import Population
-from simulate.sampling import sample
-
-
-def reports(mechanism, truth: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Report counts of ``n`` users drawn from ``truth``, and those users' own distribution."""
-    generator = np.random.default_rng(seed)
-    true_counts = generator.multinomial(n, truth)
-    users = np.repeat(np.arange(truth.size), true_counts)
-    outputs = sample(mechanism, users, generator)
-    return np.bincount(outputs, minlength=truth.size).astype(float), true_counts / n
 
 
 def previous_default() -> IBU:
@@ -43,7 +34,6 @@ def mean_errors(mechanism, truth, n, seeds, make) -> tuple[float, float, float]:
         fitted.append(total_variation(users, make().fit(counts, channel).frequencies_))
         ibu.append(total_variation(users, previous_default().fit(counts, channel).frequencies_))
         raw.append(total_variation(users, counts / counts.sum()))
-    print("fitted", np.round(fitted, 4), "IBU", np.round(ibu, 4), "raw", np.round(raw, 4))
     return float(np.mean(fitted)), float(np.mean(ibu)), float(np.mean(raw))
 
 
@@ -68,8 +58,7 @@ def test_the_estimate_is_a_distribution_and_the_prior_a_distribution_on_its_atom
 def test_with_signal_it_beats_cross_validated_ibu():
     """Zipf(1.1) over 100 categories at epsilon 4 with 1,000 reports (measured mean total
     variation: 0.176 against cross-validated IBU's 0.208; the raw reports 0.370)."""
-    mechanism = KRR(epsilon=4.0, domain=[f"c{i}" for i in range(100)])
-    truth = Population.zipf(100, 1.1).probabilities
+    mechanism, truth = zipf_krr(100, 4.0)
     fitted, ibu, raw = mean_errors(mechanism, truth, 1000, range(4), KRREmpiricalBayes)
     assert fitted < 0.95 * ibu
     assert fitted < 0.6 * raw
