@@ -171,6 +171,13 @@ def synthetic_categorical(k: int, shape: str) -> np.ndarray:
     return weights / weights.sum()
 
 
+def krr_case(shape: str, k: int, epsilon: float, n: int) -> Case:
+    """k-RR over ``k`` categories with a :func:`synthetic_categorical` truth."""
+    mechanism = KRR(epsilon=epsilon, domain=[f"c{i}" for i in range(k)])
+    truth = synthetic_categorical(k, shape)
+    return Case(f"{shape} k-RR k={k} eps={epsilon:g}, n={n:,}", truth, mechanism, n)
+
+
 def cases(quick: bool) -> list[Case]:
     out: list[Case] = []
     if SF_CSV.is_file():
@@ -225,9 +232,7 @@ def cases(quick: bool) -> list[Case]:
         ("zipf", 1000, 2.0, 100_000),
     ]
     for shape, k, epsilon, n in categorical[:3] if quick else categorical:
-        mechanism = KRR(epsilon=epsilon, domain=[f"c{i}" for i in range(k)])
-        truth = synthetic_categorical(k, shape)
-        out.append(Case(f"{shape} k-RR k={k} eps={epsilon:g}, n={n:,}", truth, mechanism, n))
+        out.append(krr_case(shape, k, epsilon, n))
     for share, n in ((0.3, 500), (0.3, 10_000), (0.5, 1000)):
         truth = np.array([1 - share, share])
         rr = RandomizedResponse(epsilon=1.0)

@@ -42,6 +42,7 @@ skipped with a message. Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import statistics
 import sys
@@ -109,6 +110,13 @@ def mechanisms(grid: Grid) -> list[tuple[str, Builder]]:
     ]
 
 
+@functools.cache
+def sf_data(path: Path) -> tuple[Grid, Population]:
+    """The check-ins' grid of :data:`CELL_M` cells over their region, and their population."""
+    grid = Grid(data_region(path), CELL_M)
+    return grid, Population.from_csv_points(path, grid)
+
+
 def emd_of(mechanism: Mechanism, users: np.ndarray, grid: Grid, seed: int) -> tuple[float, float]:
     """(EMD in metres of the default estimate, seconds it took) for one seed's reports."""
     generator = np.random.default_rng(seed)
@@ -126,9 +134,9 @@ def emd_of(mechanism: Mechanism, users: np.ndarray, grid: Grid, seed: int) -> tu
 
 
 def run(epsilons: Sequence[float], seeds: Sequence[int]) -> dict[str, dict[float, list[float]]]:
-    grid = Grid(data_region(SF_CSV), CELL_M)
+    grid, population = sf_data(SF_CSV)
     assert (grid.rows, grid.cols) == (20, 20), (grid.rows, grid.cols)
-    users = Population.from_csv_points(SF_CSV, grid).rows
+    users = population.rows
     assert users is not None
     results: dict[str, dict[float, list[float]]] = {}
     for label, build in mechanisms(grid):
@@ -200,8 +208,8 @@ def coverage_table(trials: int = COVERAGE_TRIALS) -> str:
     from scripts.bench_coverage import Config
     from scripts.bench_coverage import run as coverage_run
 
-    grid = Grid(data_region(SF_CSV), CELL_M)
-    truth = Population.from_csv_points(SF_CSV, grid).probabilities
+    grid, population = sf_data(SF_CSV)
+    truth = population.probabilities
     epsilon = math.log(2) / 100
     mechanisms: list[tuple[str, Mechanism]] = [
         (
@@ -254,8 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     epsilons = QUICK_EPSILONS if args.quick else EPSILONS
     seeds = SEEDS[:2] if args.quick else SEEDS
     results = run(epsilons, seeds)
-    grid = Grid(data_region(SF_CSV), CELL_M)
-    users = Population.from_csv_points(SF_CSV, grid).rows
+    users = sf_data(SF_CSV)[1].rows
     assert users is not None
     markdown = table(results, users.size, seeds)
     print(markdown)

@@ -44,7 +44,7 @@ from aggregator.estimation.estimators import (  # noqa: E402
     cross_validated_ibu,
     project_to_simplex,
 )
-from scripts.bench_estimators import Case, cases, hindsight_best, synthetic_categorical  # noqa: E402
+from scripts.bench_estimators import Case, cases, hindsight_best, krr_case  # noqa: E402
 from shared.mechanisms import KRR  # noqa: E402
 
 # (shape, k, epsilon, n): populations outside bench_estimators.py's table.
@@ -64,12 +64,7 @@ EXTRA = (
 
 
 def extra_cases() -> list[Case]:
-    out = []
-    for shape, k, epsilon, n in EXTRA:
-        mechanism = KRR(epsilon=epsilon, domain=[f"c{i}" for i in range(k)])
-        truth = synthetic_categorical(k, shape)
-        out.append(Case(f"{shape} k-RR k={k} eps={epsilon:g}, n={n:,}", truth, mechanism, n))
-    return out
+    return [krr_case(*row) for row in EXTRA]
 
 
 class EBOrProjection:

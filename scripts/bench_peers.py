@@ -59,7 +59,6 @@ from shared.oracles import OLH, OUE  # noqa: E402
 from simulate.sampling import oue_ones, sample  # noqa: E402
 
 SECTION = "peers"
-DOC = ROOT / "docs" / "mechanisms.md"
 MECHANISMS = ("k-RR", "Hadamard response", "OUE", "OLH")
 KS = (100, 1_000, 10_000, 100_000)
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
@@ -762,10 +761,11 @@ def markdown(
         "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
-        if row.peer_mse is None or row.ours_matching_mse is None:
+        ratio = own_ratio(row)
+        if ratio is None:
             own = projected = "—"
         else:
-            own = f"{row.ours_matching_mse / row.peer_mse:.2f}"
+            own = f"{ratio:.2f}"
             projected = f"{(row.ours_projection_mse or math.nan) / row.peer_mse:.2f}"
         peer_seconds = row.status or (
             "—" if row.peer_seconds is None else f"{row.peer_seconds:.2f}"
