@@ -40,11 +40,14 @@ USERS = 500
 
 
 def fixed_users(k: int, seed: int) -> np.ndarray:
+    """``USERS`` fixed values over ``k``, Zipf-like (the pure oracles' sums do not depend on it)."""
     weights = 1.0 / np.arange(1, k + 1)
     return np.random.default_rng(seed).choice(k, size=USERS, p=weights / weights.sum())
 
 
 def sampled_mse(mechanism, channel, k: int, trials: int, seed: int) -> float:
+    """Mean over ``trials`` draws of ``||f_hat - f||^2`` (the unbiased inversion) for the same
+    ``USERS`` users."""
     x = fixed_users(k, seed)
     truth = np.bincount(x, minlength=k) / USERS
     generator = np.random.default_rng(seed + 1)
@@ -56,14 +59,19 @@ def sampled_mse(mechanism, channel, k: int, trials: int, seed: int) -> float:
     return float(np.mean(np.sum((estimates - truth) ** 2, axis=1)))
 
 
-def oue_mse(epsilon: float, k: int, trials: int, seed: int) -> float:
-    p, q = 0.5, 1 / (math.exp(epsilon) + 1)
+def support_count_mse(p_star: float, q_star: float, k: int, trials: int, seed: int) -> float:
+    """A reference simulation of a pure oracle's support counts (OUE, OLH over random hashes).
+
+    For fixed users a report supports its own value with probability ``p*`` and
+    another value with ``q*``, independently across users; the count of value
+    ``v`` is ``Binomial(n_v, p*) + Binomial(n - n_v, q*)``.
+    """
     x = fixed_users(k, seed)
     own = np.bincount(x, minlength=k)
     generator = np.random.default_rng(seed + 2)
-    counts = generator.binomial(own, p, size=(trials, k))
-    counts += generator.binomial(USERS - own, q, size=(trials, k))
-    estimates = (counts / USERS - q) / (p - q)
+    counts = generator.binomial(own, p_star, size=(trials, k))
+    counts += generator.binomial(USERS - own, q_star, size=(trials, k))
+    estimates = (counts / USERS - q_star) / (p_star - q_star)
     return float(np.mean(np.sum((estimates - own / USERS) ** 2, axis=1)))
 
 
@@ -80,7 +88,8 @@ def rows(trials: int) -> list[tuple]:
         hr_ratio = sampled_mse(hadamard, HadamardChannel(hadamard), k, trials, k) / oracle_mse(
             HADAMARD_RESPONSE, k, epsilon, USERS
         )
-        oue_ratio = oue_mse(epsilon, k, trials, k) / oracle_mse(OUE, k, epsilon, USERS)
+        oue = support_count_mse(0.5, 1 / (math.exp(epsilon) + 1), k, trials, k)
+        oue_ratio = oue / oracle_mse(OUE, k, epsilon, USERS)
         out.append(
             (
                 epsilon,

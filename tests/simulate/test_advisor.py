@@ -27,6 +27,7 @@ from aggregator.estimation.advice import (
     rank_range,
 )
 from aggregator.estimation.oracles import HadamardChannel
+from scripts.advisor_crossover import USERS, sampled_mse, support_count_mse
 from shared.mechanisms import KRR, Geometric, HadamardResponse
 from shared.oracles import OLH as OLHMechanism
 from shared.oracles import hash_range
@@ -35,27 +36,7 @@ from simulate.cli import main
 from simulate.sampling import sample
 
 TRIALS = 4000
-USERS = 500
 TOLERANCE = 0.10
-
-
-def users(k: int, seed: int) -> np.ndarray:
-    """``USERS`` fixed values over ``k``, Zipf-like (the pure oracles' sums do not depend on it)."""
-    weights = 1.0 / np.arange(1, k + 1)
-    return np.random.default_rng(seed).choice(k, size=USERS, p=weights / weights.sum())
-
-
-def measured_mse(mechanism, channel, k: int, seed: int) -> float:
-    """Mean over ``TRIALS`` draws of ``||f_hat - f||^2`` for the same ``USERS`` users."""
-    x = users(k, seed)
-    truth = np.bincount(x, minlength=k) / USERS
-    generator = np.random.default_rng(seed + 1)
-    reports = sample(mechanism, np.tile(x, TRIALS), generator).reshape(TRIALS, USERS)
-    offsets = np.arange(TRIALS)[:, None] * channel.n_outputs
-    counts = np.bincount((reports + offsets).ravel(), minlength=TRIALS * channel.n_outputs)
-    q = counts.reshape(TRIALS, channel.n_outputs) / USERS
-    estimates = np.stack([channel.solve(row) for row in q])
-    return float(np.mean(np.sum((estimates - truth) ** 2, axis=1)))
 
 
 def labels(k: int) -> list[str]:
@@ -68,7 +49,7 @@ CASES = [(1.0, 2), (1.0, 10), (2.0, 21), (2.0, 60), (4.0, 135), (0.5, 7)]
 @pytest.mark.parametrize(("epsilon", "k"), CASES)
 def test_krr_closed_form_matches_the_sampler_within_10_percent(epsilon, k):
     mechanism = KRR(epsilon=epsilon, domain=labels(k))
-    measured = measured_mse(mechanism, channel_for(mechanism), k, seed=k)
+    measured = sampled_mse(mechanism, channel_for(mechanism), k, TRIALS, k)
     expected = oracle_mse("krr", k, epsilon, USERS)
     assert measured == pytest.approx(expected, rel=TOLERANCE)
 
@@ -76,7 +57,7 @@ def test_krr_closed_form_matches_the_sampler_within_10_percent(epsilon, k):
 @pytest.mark.parametrize(("epsilon", "k"), CASES)
 def test_hadamard_closed_form_matches_the_sampler_within_10_percent(epsilon, k):
     mechanism = HadamardResponse(epsilon=epsilon, domain=labels(k))
-    measured = measured_mse(mechanism, HadamardChannel(mechanism), k, seed=k)
+    measured = sampled_mse(mechanism, HadamardChannel(mechanism), k, TRIALS, k)
     expected = oracle_mse("hadamard_response", k, epsilon, USERS)
     assert measured == pytest.approx(expected, rel=TOLERANCE)
 
@@ -91,25 +72,9 @@ def test_the_krr_hadamard_crossover_is_where_the_measured_errors_cross(epsilon):
     for k, krr_wins in ((max(2, crossover // 2), True), (2 * crossover, False)):
         krr = KRR(epsilon=epsilon, domain=labels(k))
         hadamard = HadamardResponse(epsilon=epsilon, domain=labels(k))
-        krr_error = measured_mse(krr, channel_for(krr), k, seed=k)
-        hadamard_error = measured_mse(hadamard, HadamardChannel(hadamard), k, seed=k)
+        krr_error = sampled_mse(krr, channel_for(krr), k, TRIALS, k)
+        hadamard_error = sampled_mse(hadamard, HadamardChannel(hadamard), k, TRIALS, k)
         assert (krr_error < hadamard_error) is krr_wins, (k, krr_error, hadamard_error)
-
-
-def support_count_mse(p_star: float, q_star: float, k: int, seed: int) -> float:
-    """A reference simulation of a pure oracle's support counts (OUE, OLH over random hashes).
-
-    For fixed users a report supports its own value with probability ``p*`` and
-    another value with ``q*``, independently across users; the count of value
-    ``v`` is ``Binomial(n_v, p*) + Binomial(n - n_v, q*)``.
-    """
-    x = users(k, seed)
-    own = np.bincount(x, minlength=k)
-    generator = np.random.default_rng(seed + 2)
-    counts = generator.binomial(own, p_star, size=(TRIALS, k))
-    counts += generator.binomial(USERS - own, q_star, size=(TRIALS, k))
-    estimates = (counts / USERS - q_star) / (p_star - q_star)
-    return float(np.mean(np.sum((estimates - own / USERS) ** 2, axis=1)))
 
 
 @pytest.mark.parametrize("epsilon", [1.0, 2.0, 4.0])
@@ -121,17 +86,17 @@ def test_krr_against_oue_and_olh_crosses_near_3e_plus_2(epsilon):
     assert 0.75 * (3 * e + 2) <= crossover <= 3 * e + 2 + 1
     assert crossover_k(epsilon, OLH) == pytest.approx(crossover, abs=2)
     for k in (crossover, 2 * crossover):
-        oue = support_count_mse(0.5, 1 / (e + 1), k, seed=k)
+        oue = support_count_mse(0.5, 1 / (e + 1), k, TRIALS, k)
         assert oue == pytest.approx(oracle_mse(OUE, k, epsilon, USERS), rel=TOLERANCE)
         g = hash_range(epsilon)
-        olh = support_count_mse(e / (e + g - 1), 1 / g, k, seed=k)
+        olh = support_count_mse(e / (e + g - 1), 1 / g, k, TRIALS, k)
         assert olh == pytest.approx(oracle_mse(OLH, k, epsilon, USERS), rel=TOLERANCE)
 
 
 def test_olh_closed_form_matches_its_sampler_within_10_percent():
     epsilon, k = 2.0, 30
     mechanism = OLHMechanism(epsilon=epsilon, domain=labels(k))
-    measured = measured_mse(mechanism, channel_for(mechanism), k, seed=k)
+    measured = sampled_mse(mechanism, channel_for(mechanism), k, TRIALS, k)
     assert measured == pytest.approx(oracle_mse(OLH, k, epsilon, USERS), rel=TOLERANCE)
 
 
