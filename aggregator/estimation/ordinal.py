@@ -47,23 +47,23 @@ class ClampedGeometric:
 
     def solve(self, q: np.ndarray, axis: int = -1) -> np.ndarray:
         """The ``p`` with ``p C = q`` along ``axis``: three taps per value."""
-        if self.m == 1:
-            return np.asarray(q, dtype=float).copy()
-        r = self._scale * np.moveaxis(np.asarray(q, dtype=float), axis, -1)
-        p = self._centre * r
-        p[..., 1:] -= self.alpha * r[..., :-1]
-        p[..., :-1] -= self.alpha * r[..., 1:]
-        return np.moveaxis(p / self._denominator, -1, axis)
+        return self._taps(q, axis, self._scale, self._centre, -self.alpha, self._denominator)
 
     def squared_inverse(self, q: np.ndarray, axis: int = -1) -> np.ndarray:
         """``sum_y (C^-1)[y, x]^2 q_y`` along ``axis``, from the squared taps."""
+        return self._taps(
+            q, axis, self._scale**2, self._centre**2, self.alpha**2, self._denominator**2
+        )
+
+    def _taps(self, q, axis: int, scale, centre, side: float, denominator: float) -> np.ndarray:
+        """``(centre r_x + side (r_{x-1} + r_{x+1})) / denominator`` with ``r = scale q``."""
         if self.m == 1:
             return np.asarray(q, dtype=float).copy()
-        weighted = self._scale**2 * np.moveaxis(np.asarray(q, dtype=float), axis, -1)
-        moment = self._centre**2 * weighted
-        moment[..., 1:] += self.alpha**2 * weighted[..., :-1]
-        moment[..., :-1] += self.alpha**2 * weighted[..., 1:]
-        return np.moveaxis(moment / self._denominator**2, -1, axis)
+        r = scale * np.moveaxis(np.asarray(q, dtype=float), axis, -1)
+        out = centre * r
+        out[..., 1:] += side * r[..., :-1]
+        out[..., :-1] += side * r[..., 1:]
+        return np.moveaxis(out / denominator, -1, axis)
 
     def _runs(self, v: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
         """(L, R): the discounted sums from below and from above, along ``axis``."""
