@@ -302,6 +302,19 @@ def _categorical_epsilon(data: dict[str, Any]) -> float:
     return float(_CATEGORICAL_EPSILON.check(data["epsilon"], "epsilon", SpecError))
 
 
+def check_krr_epsilon(epsilon: float, k: int) -> None:
+    """:class:`SpecError` (field ``epsilon``) unless k-RR's integer weights exist for it."""
+    try:
+        krr_weights(epsilon, k)
+    except ValueError as exc:
+        raise SpecError(str(exc), field="epsilon") from None
+
+
+def grid_step_accepted(epsilon: float, cell_size_m: float) -> bool:
+    """Whether ``exponential_grid`` takes ``epsilon`` per metre over cells of this size."""
+    return MIN_GRID_STEP_EPSILON <= epsilon * cell_size_m <= MAX_GRID_STEP_EPSILON
+
+
 def check_range(lo: int, hi: int) -> None:
     """:class:`SpecError` unless ``lo .. hi`` is a range a campaign can take."""
     if not lo < hi:
@@ -418,10 +431,7 @@ class CampaignSpec:
             domain = tuple(_ORACLE_LABELS.check(data["domain"], "domain", SpecError))
         else:
             size = int(_DOMAIN_SIZE.check(data["domain_size"], "domain_size", SpecError))
-        try:
-            krr_weights(epsilon, 2)
-        except ValueError as exc:
-            raise SpecError(str(exc), field="epsilon") from None
+        check_krr_epsilon(epsilon, 2)
         return cls(mechanism=mechanism, epsilon=epsilon, domain=domain, domain_size=size, **common)
 
     @classmethod
@@ -436,10 +446,7 @@ class CampaignSpec:
             domain = RR_DEFAULT_DOMAIN
         else:
             raise SpecError("domain is required for krr", field="domain")
-        try:
-            krr_weights(epsilon, len(domain))
-        except ValueError as exc:
-            raise SpecError(str(exc), field="epsilon") from None
+        check_krr_epsilon(epsilon, len(domain))
         return cls(mechanism=mechanism, epsilon=epsilon, domain=domain, **common)
 
     @classmethod
@@ -497,10 +504,10 @@ class CampaignSpec:
         metric: str | None = None
         if mechanism == EXPONENTIAL_GRID:
             metric = _METRIC.check(data.get("metric", MANHATTAN), "metric", SpecError)
-            step = epsilon * cell
-            if not MIN_GRID_STEP_EPSILON <= step <= MAX_GRID_STEP_EPSILON:
+            if not grid_step_accepted(epsilon, cell):
                 raise SpecError(
-                    f"epsilon {epsilon!r} per metre times the {cell:g} m cells is {step:.6g}; "
+                    f"epsilon {epsilon!r} per metre times the {cell:g} m cells is "
+                    f"{epsilon * cell:.6g}; "
                     f"exponential_grid takes {MIN_GRID_STEP_EPSILON} to {MAX_GRID_STEP_EPSILON} "
                     "(the loss between neighbouring cells)",
                     field=field,

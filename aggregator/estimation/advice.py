@@ -62,15 +62,14 @@ from shared.spec import (
     KRR,
     MANHATTAN,
     MAX_EPSILON,
-    MAX_GRID_STEP_EPSILON,
     MECHANISMS,
-    MIN_GRID_STEP_EPSILON,
     OLH_NAME,
     OUE_NAME,
     PLANAR_LAPLACE,
     RR,
     CampaignSpec,
     check_range,
+    grid_step_accepted,
 )
 
 OLH = OLH_NAME
@@ -307,7 +306,7 @@ def rank_region(cell_size_m: float, epsilon: float) -> list[Option]:
     # times it). Displacements are straight-line metres for every mechanism.
     for metric, per_metre in ((EUCLIDEAN, epsilon), (MANHATTAN, epsilon / math.sqrt(2))):
         step = per_metre * cell_size_m
-        if not MIN_GRID_STEP_EPSILON <= step <= MAX_GRID_STEP_EPSILON:
+        if not grid_step_accepted(per_metre, cell_size_m):
             continue  # the spec refuses it: nothing to rank (nor lattices to sum)
         cells = mean_displacement_cells(step, metric)
         options.append(
