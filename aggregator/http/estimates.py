@@ -157,9 +157,7 @@ def applicable_methods(mechanism: Mechanism) -> list[str]:
 
 def value_labels(mechanism: OLH | HadamardResponse) -> list[str]:
     """The labels of an oracle's values: its labels, or the integers as text."""
-    if mechanism.domain is not None:
-        return list(mechanism.domain)
-    return [str(x) for x in range(mechanism.k)]
+    return [str(mechanism.values.value(x)) for x in range(mechanism.k)]
 
 
 def output_labels(mechanism: Mechanism) -> list[str]:
@@ -339,14 +337,15 @@ def estimate_response(
             code="method_not_applicable",
         ) from exc
     if is_oracle(mechanism):
-        return {**head, **oracle_body(mechanism, result, vector)}
-    response = {**head, **result.to_dict(output_labels(mechanism))}
-    if not isinstance(mechanism, GridMechanism):
-        # The share of reports per category, before any correction for the noise: what
-        # an estimate has to beat, shown beside it.
-        raw = vector / vector.sum()
-        for row, share in zip(response["estimates"], raw, strict=True):
-            row["raw_frequency"] = float(share)
+        response = {**head, **oracle_body(mechanism, result)}
+    else:
+        response = {**head, **result.to_dict(output_labels(mechanism))}
+        if not isinstance(mechanism, GridMechanism):
+            # The share of reports per category, before any correction for the noise: what
+            # an estimate has to beat, shown beside it.
+            raw = vector / vector.sum()
+            for row, share in zip(response["estimates"], raw, strict=True):
+                row["raw_frequency"] = float(share)
     response["poisoning"] = poisoning.check(mechanism, vector).to_dict()
     if isinstance(mechanism, Geometric):
         response["range"] = {"lo": mechanism.lo, "hi": mechanism.hi}
@@ -362,9 +361,7 @@ def estimate_response(
     return response
 
 
-def oracle_body(
-    mechanism: OLH | HadamardResponse, result: EstimateResult, vector: np.ndarray
-) -> dict[str, Any]:
+def oracle_body(mechanism: OLH | HadamardResponse, result: EstimateResult) -> dict[str, Any]:
     """An oracle's estimate: the :data:`ORACLE_TOP_ROWS` values with the largest estimates.
 
     Rows are in decreasing order of estimate (ties by value), each with its
@@ -376,7 +373,7 @@ def oracle_body(
     k = frequencies.size
     shown = min(k, ORACLE_TOP_ROWS)
     top = np.lexsort((np.arange(k), -frequencies))[:shown]
-    values = [mechanism.domain[x] if mechanism.domain is not None else x for x in top.tolist()]
+    values = [mechanism.values.value(x) for x in top.tolist()]
     listed = dataclasses.replace(
         result, frequencies=frequencies[top], ci_low=result.ci_low[top], ci_high=result.ci_high[top]
     )
@@ -390,7 +387,6 @@ def oracle_body(
         "order": "estimate, decreasing",
         "rest_frequency": float(np.delete(frequencies, top).sum()),
     }
-    body["poisoning"] = poisoning.check(mechanism, vector).to_dict()
     return body
 
 
