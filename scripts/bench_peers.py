@@ -207,6 +207,23 @@ class Peer:
     notes: list[str] = field(default_factory=list)
 
 
+def run_pure_ldp(client, server, values: np.ndarray, k: int) -> np.ndarray:
+    """pure-ldp's own pipeline: every value privatised by ``client``, aggregated by
+    ``server``, then its estimate of every value as a frequency."""
+    for value in values.tolist():
+        server.aggregate(client.privatise(value))
+    return pure_ldp_estimate(server, None, len(values), k)
+
+
+def pure_ldp_estimate(server, aggregated: Any, n: int, k: int) -> np.ndarray:
+    """A pure-ldp server's estimate of every value as a frequency, over ``n`` reports; given
+    ``aggregated``, from that aggregate (our reports) instead of its own."""
+    if aggregated is not None:
+        server.aggregated_data = aggregated
+        server.n = n
+    return np.asarray(server.estimate_all(range(k), suppress_warnings=True)) / n
+
+
 def pure_ldp_peers() -> list[Peer]:
     oracles = optional("pure_ldp.frequency_oracles")
     if oracles is None:
@@ -216,15 +233,11 @@ def pure_ldp_peers() -> list[Peer]:
         seed_peers(seed)
         client = oracles.DEClient(epsilon, k, index_mapper=identity)
         server = oracles.DEServer(epsilon, k, index_mapper=identity)
-        for value in values.tolist():
-            server.aggregate(client.privatise(value))
-        return np.asarray(server.estimate_all(range(k), suppress_warnings=True)) / len(values)
+        return run_pure_ldp(client, server, values, k)
 
     def de_on_ours(run: OurRun, k: int, epsilon: float) -> np.ndarray:
         server = oracles.DEServer(epsilon, k, index_mapper=identity)
-        server.aggregated_data = run.counts.astype(float)
-        server.n = int(run.counts.sum())
-        return np.asarray(server.estimate_all(range(k), suppress_warnings=True)) / server.n
+        return pure_ldp_estimate(server, run.counts.astype(float), int(run.counts.sum()), k)
 
     def hr_pipeline(values: np.ndarray, k: int, epsilon: float, seed: int) -> np.ndarray:
         seed_peers(seed)
@@ -232,53 +245,39 @@ def pure_ldp_peers() -> list[Peer]:
         client = oracles.HadamardResponseClient(
             epsilon, k, server.get_hash_funcs(), index_mapper=identity
         )
-        for value in values.tolist():
-            server.aggregate(client.privatise(value))
-        return np.asarray(server.estimate_all(range(k), suppress_warnings=True)) / len(values)
+        return run_pure_ldp(client, server, values, k)
 
     def hr_on_ours(run: OurRun, k: int, epsilon: float) -> np.ndarray | None:
         if epsilon > 1:  # pure-ldp switches to its blocked variant: other reports
             return None
         server = oracles.HadamardResponseServer(epsilon, k, index_mapper=identity)
-        server.aggregated_data = run.reports
-        server.n = len(run.reports)
-        return np.asarray(server.estimate_all(range(k), suppress_warnings=True)) / server.n
+        return pure_ldp_estimate(server, run.reports, len(run.reports), k)
 
     def ue_pipeline(values: np.ndarray, k: int, epsilon: float, seed: int) -> np.ndarray:
         seed_peers(seed)
         client = oracles.UEClient(epsilon, k, use_oue=True, index_mapper=identity)
         server = oracles.UEServer(epsilon, k, use_oue=True, index_mapper=identity)
-        for value in values.tolist():
-            server.aggregate(client.privatise(value))
-        return np.asarray(server.estimate_all(range(k), suppress_warnings=True)) / len(values)
+        return run_pure_ldp(client, server, values, k)
 
     def ue_on_ours(run: OurRun, k: int, epsilon: float) -> np.ndarray:
         server = oracles.UEServer(epsilon, k, use_oue=True, index_mapper=identity)
-        server.aggregated_data = run.counts.astype(float)
-        server.n = run.n
-        return np.asarray(server.estimate_all(range(k), suppress_warnings=True)) / run.n
+        return pure_ldp_estimate(server, run.counts.astype(float), run.n, k)
 
     def lh_pipeline(values: np.ndarray, k: int, epsilon: float, seed: int) -> np.ndarray:
         seed_peers(seed)
         client = oracles.LHClient(epsilon, k, use_olh=True, index_mapper=identity)
         server = oracles.LHServer(epsilon, k, use_olh=True, index_mapper=identity)
-        for value in values.tolist():
-            server.aggregate(client.privatise(value))
-        return np.asarray(server.estimate_all(range(k), suppress_warnings=True)) / len(values)
+        return run_pure_ldp(client, server, values, k)
 
     def lh_on_ours(run: OurRun, k: int, epsilon: float) -> np.ndarray:
         server = oracles.LHServer(epsilon, k, use_olh=True, index_mapper=identity)
-        server.aggregated_data = np.asarray(run.support, dtype=float)
-        server.n = run.n
-        return np.asarray(server.estimate_all(range(k), suppress_warnings=True)) / run.n
+        return pure_ldp_estimate(server, np.asarray(run.support, dtype=float), run.n, k)
 
     def flh_pipeline(values: np.ndarray, k: int, epsilon: float, seed: int) -> np.ndarray:
         seed_peers(seed)
         server = oracles.FastLHServer(epsilon, k, POOL, use_olh=True, index_mapper=identity)
         client = oracles.FastLHClient(epsilon, k, POOL, use_olh=True, index_mapper=identity)
-        for value in values.tolist():
-            server.aggregate(client.privatise(value))
-        return np.asarray(server.estimate_all(range(k), suppress_warnings=True)) / len(values)
+        return run_pure_ldp(client, server, values, k)
 
     return [
         Peer(
