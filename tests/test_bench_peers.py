@@ -3,29 +3,22 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_peers.py"
 PEERS = ("pure_ldp", "multi_freq_ldpy", "sklearn", "statsmodels", "xxhash")
 
 
-def peers_missing() -> list[str]:
-    return [name for name in PEERS if importlib.util.find_spec(name) is None]
+MISSING = [name for name in PEERS if importlib.util.find_spec(name) is None]
 
 
 @pytest.mark.skipif(
-    bool(peers_missing()),
-    reason=f"the peer packages are not installed ({', '.join(peers_missing())}): "
-    "pip install -e '.[peers]'",
+    bool(MISSING),
+    reason=f"the peer packages are not installed ({', '.join(MISSING)}): pip install -e '.[peers]'",
 )
 def test_the_peers_benchmark_runs_on_a_tiny_grid(capsys):
-    spec = importlib.util.spec_from_file_location("bench_peers", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
+    from scripts import bench_peers as module
+
     grid = ["--k", "16", "--epsilon", "1", "--users", "400", "--seeds", "1", "--big-users", "0"]
     status = module.main([*grid, "--budget", "60", "--no-write"])
     assert status == 0

@@ -31,15 +31,17 @@ def planar(cell: float, epsilon: float = 0.01, size_deg: float = 0.01) -> Campai
     )
 
 
-def brute_force(spec: CampaignSpec, radius: float) -> float:
-    """Max centre distance over all cell pairs whose rectangles come within ``radius``."""
+def brute_force(spec: CampaignSpec, radius: float, metric: str = "euclidean") -> float:
+    """Max centre distance (in ``metric``) over all cell pairs whose rectangles come within
+    ``radius`` (straight-line)."""
+    distance = math.hypot if metric == "euclidean" else (lambda dr, dc: abs(dr) + abs(dc))
     grid, cell = spec.grid, spec.grid.cell_size_m
     worst = 0.0
     cells = list(itertools.product(range(grid.rows), range(grid.cols)))
     for (r1, c1), (r2, c2) in itertools.product(cells, repeat=2):
         gap = math.hypot(max(abs(r1 - r2) - 1, 0), max(abs(c1 - c2) - 1, 0)) * cell
         if gap <= radius:
-            worst = max(worst, math.hypot(r1 - r2, c1 - c2) * cell)
+            worst = max(worst, distance(r1 - r2, c1 - c2) * cell)
     return worst
 
 
@@ -163,23 +165,12 @@ def exponential_grid(cell: float, metric: str, epsilon: float = 0.002) -> Campai
     )
 
 
-def brute_force_manhattan(spec: CampaignSpec, radius: float) -> float:
-    grid, cell = spec.grid, spec.grid.cell_size_m
-    worst = 0.0
-    cells = list(itertools.product(range(grid.rows), range(grid.cols)))
-    for (r1, c1), (r2, c2) in itertools.product(cells, repeat=2):
-        gap = math.hypot(max(abs(r1 - r2) - 1, 0), max(abs(c1 - c2) - 1, 0)) * cell
-        if gap <= radius:
-            worst = max(worst, (abs(r1 - r2) + abs(c1 - c2)) * cell)
-    return worst
-
-
 @pytest.mark.parametrize("cell", [130.0, 400.0])
 @pytest.mark.parametrize("radius", [1.0, 200.0, 750.0, 5000.0])
 def test_exponential_grid_costs_its_metric_against_brute_force(cell, radius):
     manhattan = exponential_grid(cell, "manhattan")
     assert worst_centre_distance_m(manhattan, radius, "manhattan") == pytest.approx(
-        brute_force_manhattan(manhattan, radius)
+        brute_force(manhattan, radius, "manhattan")
     )
     euclidean = exponential_grid(cell, "euclidean")
     assert worst_centre_distance_m(euclidean, radius, "euclidean") == pytest.approx(
