@@ -57,3 +57,20 @@ HADAMARD_SPEC = {
 
 def new_id() -> str:
     return str(uuid.uuid4())
+
+
+def create_campaign(client, admin, spec: dict) -> dict:
+    """POST ``spec`` as the admin; the created campaign's wire form (201 asserted)."""
+    response = client.post("/api/v1/campaigns", json=spec, headers=admin)
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()
+
+
+def submit(client, campaign_id: str, values: list, chunk: int = 500) -> None:
+    """Post ``values`` as reports with fresh ids, ``chunk`` per request (200 asserted)."""
+    for start in range(0, len(values), chunk):
+        body = {
+            "reports": [{"report_id": new_id(), "value": v} for v in values[start : start + chunk]]
+        }
+        response = client.post(f"/api/v1/campaigns/{campaign_id}/reports", json=body)
+        assert response.status_code == 200, response.get_json()

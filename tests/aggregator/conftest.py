@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import redis
-from aggregator_testdata import ADMIN_TOKEN, ANALYST_TOKEN, KRR_SPEC, PLANAR_SPEC
+from aggregator_testdata import ADMIN_TOKEN, ANALYST_TOKEN, KRR_SPEC, PLANAR_SPEC, create_campaign
 from click.testing import CliRunner
 
 from aggregator.app import create_app
@@ -73,13 +73,9 @@ def runner():
 
 @pytest.fixture
 def krr_campaign(client, admin):
-    response = client.post("/api/v1/campaigns", json=KRR_SPEC, headers=admin)
-    assert response.status_code == 201
-    return response.get_json()
+    return create_campaign(client, admin, KRR_SPEC)
 
 
 @pytest.fixture
 def planar_campaign(client, admin):
-    response = client.post("/api/v1/campaigns", json=PLANAR_SPEC, headers=admin)
-    assert response.status_code == 201
-    return response.get_json()
+    return create_campaign(client, admin, PLANAR_SPEC)

@@ -7,20 +7,12 @@ import random
 
 import numpy as np
 import pytest
-from aggregator_testdata import KRR_SPEC, new_id
+from aggregator_testdata import KRR_SPEC, submit
 
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
 
 URL = "/api/v1/campaigns/fruit/estimate"
-
-
-def submit(client, campaign_id, values):
-    for start in range(0, len(values), 500):
-        chunk = values[start : start + 500]
-        body = {"reports": [{"report_id": new_id(), "value": v} for v in chunk]}
-        response = client.post(f"/api/v1/campaigns/{campaign_id}/reports", json=body)
-        assert response.status_code == 200, response.get_json()
 
 
 def test_estimate_needs_the_analyst_role(client, admin, analyst, krr_campaign):

@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 import pytest
-from aggregator_testdata import GRID_SPEC, KRR_SPEC, PLANAR_SPEC, new_id
+from aggregator_testdata import GRID_SPEC, KRR_SPEC, PLANAR_SPEC, create_campaign, new_id, submit
 
 from aggregator.estimation.channels import GridKernelChannel, ManhattanKernelChannel, channel_for
 from shared.mechanisms import ExponentialGrid, Mechanism
@@ -22,9 +22,7 @@ REPORTS = f"{CAMPAIGNS}/block/reports"
 
 @pytest.fixture
 def grid_campaign(client, admin):
-    response = client.post(CAMPAIGNS, json=GRID_SPEC, headers=admin)
-    assert response.status_code == 201, response.get_json()
-    return response.get_json()
+    return create_campaign(client, admin, GRID_SPEC)
 
 
 def test_a_grid_campaign_is_served_with_its_metric(client, grid_campaign):
@@ -102,11 +100,7 @@ def test_ibu_recovers_locations_perturbed_on_the_device(client, analyst, grid_ca
     middle = grid.to_latlon(*grid.centre_xy(middle_cell))
     reports = [mechanism.perturb(corner, rng) for _ in range(1500)]
     reports += [mechanism.perturb(middle, rng) for _ in range(1500)]
-    for start in range(0, len(reports), 1000):
-        body = {
-            "reports": [{"report_id": new_id(), "value": v} for v in reports[start : start + 1000]]
-        }
-        assert client.post(REPORTS, json=body).status_code == 200
+    submit(client, "block", reports, chunk=1000)
     served = client.get(f"{CAMPAIGNS}/block/estimate", headers=analyst).get_json()
     assert served["grid"]["rows"] == grid.rows and served["grid"]["cols"] == grid.cols
     assert served["estimates"][0]["label"] == "r0c0"

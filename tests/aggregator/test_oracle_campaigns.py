@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 import pytest
-from aggregator_testdata import HADAMARD_SPEC, KRR_SPEC, OLH_SPEC, new_id
+from aggregator_testdata import HADAMARD_SPEC, KRR_SPEC, OLH_SPEC, create_campaign, new_id, submit
 
 from aggregator.http.estimates import ORACLE_TOP_ROWS
 from shared.mechanisms import HadamardResponse, Mechanism
@@ -16,24 +16,9 @@ from shared.spec import MAX_DOMAIN_SIZE, CampaignSpec
 CAMPAIGNS = "/api/v1/campaigns"
 
 
-def create(client, admin, spec):
-    response = client.post(CAMPAIGNS, json=spec, headers=admin)
-    assert response.status_code == 201, response.get_json()
-    return response.get_json()
-
-
-def send(client, campaign_id, values):
-    for start in range(0, len(values), 500):
-        body = {
-            "reports": [{"report_id": new_id(), "value": v} for v in values[start : start + 500]]
-        }
-        response = client.post(f"{CAMPAIGNS}/{campaign_id}/reports", json=body)
-        assert response.status_code == 200, response.get_json()
-
-
 @pytest.mark.parametrize(("spec", "kind"), [(OLH_SPEC, OLH), (HADAMARD_SPEC, HadamardResponse)])
 def test_an_oracle_campaign_is_served_and_rebuilt_from_its_spec(client, admin, spec, kind):
-    served = create(client, admin, spec)
+    served = create_campaign(client, admin, spec)
     parsed, _ = CampaignSpec.from_wire(served)
     assert parsed.spec_hash == served["spec_hash"]
     mechanism = Mechanism.from_spec(parsed)
@@ -87,7 +72,7 @@ def test_the_largest_domain_size_is_accepted(client, admin):
 
 @pytest.mark.parametrize("value", [-1, 1024 * 4, "3", 3.0, True, None])
 def test_an_olh_report_out_of_range_is_refused(client, admin, value):
-    create(client, admin, OLH_SPEC)
+    create_campaign(client, admin, OLH_SPEC)
     response = client.post(
         f"{CAMPAIGNS}/apps/reports", json={"report_id": new_id(), "value": value}
     )
@@ -97,11 +82,11 @@ def test_an_olh_report_out_of_range_is_refused(client, admin, value):
 
 def test_olh_estimate_lists_the_top_values_from_device_reports(client, admin, analyst):
     """3,000 users, 40% of them on app 17 and 20% on app 4000: both lead the estimate."""
-    create(client, admin, OLH_SPEC)
+    create_campaign(client, admin, OLH_SPEC)
     mechanism = Mechanism.from_spec(CampaignSpec.from_dict(OLH_SPEC))
     rng = random.Random(20251126)
     values = [17] * 1200 + [4000] * 600 + [rng.randrange(5000) for _ in range(1200)]
-    send(client, "apps", [mechanism.perturb(v, rng) for v in values])
+    submit(client, "apps", [mechanism.perturb(v, rng) for v in values])
     served = client.get(f"{CAMPAIGNS}/apps/estimate", headers=analyst).get_json()
     assert served["method"] == "projection"
     assert served["domain_size"] == 5000
@@ -123,11 +108,11 @@ def test_olh_estimate_lists_the_top_values_from_device_reports(client, admin, an
 
 
 def test_hadamard_estimate_by_label(client, admin, analyst):
-    create(client, admin, HADAMARD_SPEC)
+    create_campaign(client, admin, HADAMARD_SPEC)
     mechanism = Mechanism.from_spec(CampaignSpec.from_dict(HADAMARD_SPEC))
     rng = random.Random(7)
     values = ["w3"] * 1500 + [f"w{rng.randrange(300)}" for _ in range(1500)]
-    send(client, "words", [mechanism.perturb(v, rng) for v in values])
+    submit(client, "words", [mechanism.perturb(v, rng) for v in values])
     served = client.get(f"{CAMPAIGNS}/words/estimate", headers=analyst).get_json()
     rows = served["estimates"]
     assert len(rows) == 300 and served["rows"]["rest_frequency"] == 0.0
@@ -139,10 +124,10 @@ def test_hadamard_estimate_by_label(client, admin, analyst):
 
 def test_ibu_is_refused_for_a_large_olh_campaign(client, admin, analyst):
     spec = {**OLH_SPEC, "domain_size": 20_000}  # 2 x 10^7 hashes a pass
-    create(client, admin, spec)
+    create_campaign(client, admin, spec)
     mechanism = Mechanism.from_spec(CampaignSpec.from_dict(spec))
     rng = random.Random(3)
-    send(client, "apps", [mechanism.perturb(rng.randrange(20_000), rng) for _ in range(50)])
+    submit(client, "apps", [mechanism.perturb(rng.randrange(20_000), rng) for _ in range(50)])
     response = client.get(f"{CAMPAIGNS}/apps/estimate?method=ibu", headers=analyst)
     assert response.status_code == 422
     error = response.get_json()["error"]
@@ -151,10 +136,10 @@ def test_ibu_is_refused_for_a_large_olh_campaign(client, admin, analyst):
 
 def test_ibu_runs_for_a_small_olh_campaign(client, admin, analyst):
     spec = {**OLH_SPEC, "domain_size": 30}
-    create(client, admin, spec)
+    create_campaign(client, admin, spec)
     mechanism = Mechanism.from_spec(CampaignSpec.from_dict(spec))
     rng = random.Random(4)
-    send(
+    submit(
         client,
         "apps",
         [mechanism.perturb(7 if i % 2 else rng.randrange(30), rng) for i in range(1000)],
