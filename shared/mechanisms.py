@@ -114,7 +114,47 @@ class Mechanism(ABC):
         return KRR(epsilon=spec.epsilon, domain=spec.domain)
 
 
-class KRR(OverDomain, Mechanism):
+class IntegerWeights:
+    """Randomized response over ``outcomes`` outcomes with integer weights: ``keep`` for the
+    kept one, ``unit`` for each other, ``keep / unit <= e^epsilon``
+    (:func:`shared.exactness.krr_weights`). k-RR, OLH's buckets, and the binary choices of
+    OUE and Hadamard response draw from it."""
+
+    epsilon: float
+    unit_weight: int
+    keep_weight: int
+    total_weight: int
+
+    def _set_weights(self, outcomes: int) -> None:
+        self.unit_weight = WEIGHT_UNIT
+        self.keep_weight = krr_weights(self.epsilon, outcomes)
+        self.total_weight = self.keep_weight + (outcomes - 1) * self.unit_weight
+
+    @property
+    def p_keep(self) -> float:
+        """P(the kept outcome), as the on-device sampler realises it."""
+        return self.keep_weight / self.total_weight
+
+    @property
+    def p_other(self) -> float:
+        """P(one given other outcome)."""
+        return self.unit_weight / self.total_weight
+
+    @property
+    def realized_epsilon(self) -> float:
+        return realized_epsilon(self.epsilon, self.keep_weight, self.unit_weight)
+
+    def _pick(self, kept: int, rng: RandomSource) -> int:
+        """``kept`` with probability ``p_keep``, else one of the other outcomes, uniformly:
+        one ``randbelow`` over the weights."""
+        draw = randbelow(rng, self.total_weight)
+        # The same arithmetic runs whatever ``kept`` is; only the final pick uses it.
+        other = (draw - self.keep_weight) // self.unit_weight
+        shifted = other + (other >= kept)
+        return kept if draw < self.keep_weight else shifted
+
+
+class KRR(IntegerWeights, OverDomain, Mechanism):
     r"""k-ary randomized response over a finite list of labels.
 
     Reports the true label with probability :math:`p = e^\varepsilon / (e^\varepsilon + k - 1)`
@@ -146,9 +186,7 @@ class KRR(OverDomain, Mechanism):
         self.values = Domain(labels=domain)
         assert self.values.positions is not None
         self._index = self.values.positions
-        self.unit_weight = WEIGHT_UNIT
-        self.keep_weight = krr_weights(self.epsilon, self.k)
-        self.total_weight = self.keep_weight + (self.k - 1) * self.unit_weight
+        self._set_weights(self.k)
 
     @property
     def domain(self) -> tuple[str, ...]:
@@ -158,20 +196,6 @@ class KRR(OverDomain, Mechanism):
     @property
     def n_outputs(self) -> int:
         return self.k
-
-    @property
-    def p_keep(self) -> float:
-        """P(report = true label), as the on-device sampler realises it."""
-        return self.keep_weight / self.total_weight
-
-    @property
-    def p_other(self) -> float:
-        """P(report = one given other label)."""
-        return self.unit_weight / self.total_weight
-
-    @property
-    def realized_epsilon(self) -> float:
-        return realized_epsilon(self.epsilon, self.keep_weight, self.unit_weight)
 
     def encode(self, value: Any) -> int:
         if not isinstance(value, str):
@@ -184,11 +208,7 @@ class KRR(OverDomain, Mechanism):
             ) from None
 
     def perturb_index(self, x: int, rng: RandomSource) -> int:
-        draw = randbelow(rng, self.total_weight)
-        # The same arithmetic runs whatever x is; only the final pick uses it.
-        other = (draw - self.keep_weight) // self.unit_weight
-        shifted = other + (other >= x)
-        return x if draw < self.keep_weight else shifted
+        return self._pick(x, rng)
 
     def report_value(self, y: int) -> str:
         return self.domain[y]
@@ -524,7 +544,7 @@ class ExponentialGrid(GridMechanism):
         return row * self.grid.cols + col
 
 
-class HadamardResponse(OverDomain, Mechanism):
+class HadamardResponse(IntegerWeights, OverDomain, Mechanism):
     r"""Hadamard response over a large set of labels (Acharya, Sun and Zhang, AISTATS 2019).
 
     With ``K`` the smallest power of two above ``k``, label ``x`` owns the half
@@ -557,9 +577,7 @@ class HadamardResponse(OverDomain, Mechanism):
     ):
         self.epsilon = positive_finite(epsilon, "epsilon")
         self.values = Domain(labels=domain, size=domain_size)
-        self.unit_weight = WEIGHT_UNIT
-        self.keep_weight = krr_weights(self.epsilon, 2)
-        self.total_weight = self.keep_weight + self.unit_weight
+        self._set_weights(2)
         self.size = 1 << self.values.size.bit_length()  # K: a power of two above k
 
     @property
@@ -569,7 +587,7 @@ class HadamardResponse(OverDomain, Mechanism):
     @property
     def p_in(self) -> float:
         """P(the report falls in the true label's half)."""
-        return self.keep_weight / self.total_weight
+        return self.p_keep
 
     def perturb_index(self, x: int, rng: RandomSource) -> int:
         inside = randbelow(rng, self.total_weight) < self.keep_weight

@@ -31,8 +31,7 @@ from typing import Any
 
 from shared.domain import Domain, OverDomain
 from shared.errors import ReportError
-from shared.exactness import WEIGHT_UNIT, krr_weights, realized_epsilon
-from shared.mechanisms import Mechanism
+from shared.mechanisms import IntegerWeights, Mechanism
 from shared.rng import RandomSource, default_rng, randbelow
 from shared.schema import positive_finite
 from shared.spec import OLH_NAME, OUE_NAME
@@ -86,7 +85,7 @@ def hash_value(a: int, b: int, x: int, g: int) -> int:
     return ((((a * x + b) & _MASK64) >> 32) * g) >> 32
 
 
-class OLH(OverDomain, Mechanism):
+class OLH(IntegerWeights, OverDomain, Mechanism):
     r"""Optimized local hashing (Wang et al., USENIX Security 2017), with a bounded hash pool.
 
     The device draws a seed ``s`` uniformly from ``0 .. S - 1``, hashes its
@@ -143,27 +142,11 @@ class OLH(OverDomain, Mechanism):
             raise ValueError(f"pool_size must be in [1, {MAX_POOL_SIZE}], got {pool_size}")
         self.pool_size = pool_size
         self.g = hash_range(self.epsilon)
-        self.unit_weight = WEIGHT_UNIT
-        self.keep_weight = krr_weights(self.epsilon, self.g)
-        self.total_weight = self.keep_weight + (self.g - 1) * self.unit_weight
+        self._set_weights(self.g)
 
     @property
     def n_outputs(self) -> int:
         return self.pool_size * self.g
-
-    @property
-    def p_keep(self) -> float:
-        """P(the reported bucket is the hashed value's)."""
-        return self.keep_weight / self.total_weight
-
-    @property
-    def p_other(self) -> float:
-        """P(the reported bucket is one given other bucket)."""
-        return self.unit_weight / self.total_weight
-
-    @property
-    def realized_epsilon(self) -> float:
-        return realized_epsilon(self.epsilon, self.keep_weight, self.unit_weight)
 
     @cached_property
     def pool(self) -> tuple[tuple[int, int], ...]:
@@ -177,12 +160,7 @@ class OLH(OverDomain, Mechanism):
 
     def perturb_index(self, x: int, rng: RandomSource) -> int:
         seed = randbelow(rng, self.pool_size)
-        hashed = self.bucket(seed, x)
-        draw = randbelow(rng, self.total_weight)
-        other = (draw - self.keep_weight) // self.unit_weight
-        shifted = other + (other >= hashed)
-        bucket = hashed if draw < self.keep_weight else shifted
-        return seed * self.g + bucket
+        return seed * self.g + self._pick(self.bucket(seed, x), rng)
 
     def report_value(self, y: int) -> int:
         return y
@@ -196,7 +174,7 @@ class OLH(OverDomain, Mechanism):
         return raw
 
 
-class OUE(OverDomain):
+class OUE(IntegerWeights, OverDomain):
     r"""Optimized unary encoding (Wang et al., USENIX Security 2017).
 
     The value ``x`` becomes the one-hot vector of ``k`` bits; the device sends
@@ -233,10 +211,8 @@ class OUE(OverDomain):
     ):
         self.epsilon = positive_finite(epsilon, "epsilon")
         self.values = Domain(labels=domain, size=domain_size)
-        self.unit_weight = WEIGHT_UNIT
-        self.keep_weight = krr_weights(self.epsilon, 2)
         # A 0 bit is sent as 1 with weight unit out of keep + unit.
-        self.total_weight = self.keep_weight + self.unit_weight
+        self._set_weights(2)
 
     @property
     def p(self) -> float:
@@ -246,11 +222,7 @@ class OUE(OverDomain):
     @property
     def q(self) -> float:
         """P(another value's bit is 1), as the integer weights realise it."""
-        return self.unit_weight / self.total_weight
-
-    @property
-    def realized_epsilon(self) -> float:
-        return realized_epsilon(self.epsilon, self.keep_weight, self.unit_weight)
+        return self.p_other
 
     def perturb_bits(self, x: int, rng: RandomSource) -> list[int]:
         """The sorted positions of the report's 1 bits for input ``x``."""
