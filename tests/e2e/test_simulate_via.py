@@ -181,21 +181,31 @@ def test_a_wrong_admin_token_is_reported(live_server):
     assert "Error: cannot create campaign" in result.output and "(401)" in result.output
 
 
-def test_a_geometric_campaign_end_to_end_through_the_command(live_server):
+def via_new_campaign(
+    live_server, prefix: str, args: list[str], n: int
+) -> tuple[dict, CampaignSpec]:
+    """``ldp-simulate via`` into a new campaign with ``n`` users and ``args``: its JSON
+    document (campaign created, every report delivered and counted) and the served spec."""
     env = {
         "LDP_ADMIN_TOKEN": live_server.admin_token,
         "LDP_ANALYST_TOKEN": live_server.analyst_token,
     }
-    campaign = unique_id("age")
-    args = ["via", "--no-progress", "--server", live_server.url, "--campaign", campaign]
-    args += ["--mechanism", "geometric", "--population", "zipf", "-k", "30", "--lo", "18"]
-    args += ["-e", "0.5", "-n", "200", "-m", "ibu,inversion", "--json"]
-    result = CliRunner().invoke(main, args, env=env)
+    campaign = unique_id(prefix)
+    command = ["via", "--no-progress", "--server", live_server.url, "--campaign", campaign]
+    result = CliRunner().invoke(main, [*command, *args, "-n", str(n), "--json"], env=env)
     assert result.exit_code == 0, result.output
     document = json.loads(result.output)
-    assert (document["created"], document["delivered"], document["server_n"]) == (True, 200, 200)
+    assert (document["created"], document["delivered"], document["server_n"]) == (True, n, n)
     served = requests.get(f"{live_server.url}/api/v1/campaigns/{campaign}", timeout=10).json()
     spec, _ = CampaignSpec.from_wire(served)
+    return document, spec
+
+
+def test_a_geometric_campaign_end_to_end_through_the_command(live_server):
+    args = ["--mechanism", "geometric", "--population", "zipf", "-k", "30", "--lo", "18"]
+    document, spec = via_new_campaign(
+        live_server, "age", [*args, "-e", "0.5", "-m", "ibu,inversion"], 200
+    )
     # The population's 30 values are the integers 18..47, reported as integers.
     assert (spec.mechanism, spec.lo, spec.hi, spec.epsilon) == ("geometric", 18, 47, 0.5)
     rows = [r for r in document["results"] if r["source"] == "server"]
@@ -206,20 +216,8 @@ def test_a_geometric_campaign_end_to_end_through_the_command(live_server):
 
 
 def test_an_olh_campaign_end_to_end_through_the_command(live_server):
-    env = {
-        "LDP_ADMIN_TOKEN": live_server.admin_token,
-        "LDP_ANALYST_TOKEN": live_server.analyst_token,
-    }
-    campaign = unique_id("apps")
-    args = ["via", "--no-progress", "--server", live_server.url, "--campaign", campaign]
-    args += ["--mechanism", "olh", "--population", "zipf", "--zipf-s", "2", "-k", "3000"]
-    args += ["-e", "2", "-n", "300", "--json"]
-    result = CliRunner().invoke(main, args, env=env)
-    assert result.exit_code == 0, result.output
-    document = json.loads(result.output)
-    assert (document["created"], document["delivered"], document["server_n"]) == (True, 300, 300)
-    served = requests.get(f"{live_server.url}/api/v1/campaigns/{campaign}", timeout=10).json()
-    spec, _ = CampaignSpec.from_wire(served)
+    args = ["--mechanism", "olh", "--population", "zipf", "--zipf-s", "2", "-k", "3000"]
+    document, spec = via_new_campaign(live_server, "apps", [*args, "-e", "2"], 300)
     assert (spec.mechanism, spec.domain_size, spec.epsilon) == ("olh", 3000, 2.0)
     rows = {r["method"]: r for r in document["results"] if r["source"] == "server"}
     assert set(rows) == {"inversion", "clip", "projection"}
@@ -230,21 +228,9 @@ def test_an_olh_campaign_end_to_end_through_the_command(live_server):
 
 
 def test_an_exponential_grid_campaign_end_to_end_through_the_command(live_server):
-    env = {
-        "LDP_ADMIN_TOKEN": live_server.admin_token,
-        "LDP_ANALYST_TOKEN": live_server.analyst_token,
-    }
-    campaign = unique_id("block")
-    args = ["via", "--no-progress", "--server", live_server.url, "--campaign", campaign]
-    args += ["--mechanism", "exponential_grid", "--metric", "euclidean", "--population", "city"]
+    args = ["--mechanism", "exponential_grid", "--metric", "euclidean", "--population", "city"]
     args += ["--region", "37.77,37.78,-122.42,-122.41", "--cell-size-m", "200"]
-    args += ["-e", "0.01", "-n", "200", "-m", "ibu", "--json"]
-    result = CliRunner().invoke(main, args, env=env)
-    assert result.exit_code == 0, result.output
-    document = json.loads(result.output)
-    assert (document["created"], document["delivered"], document["server_n"]) == (True, 200, 200)
-    served = requests.get(f"{live_server.url}/api/v1/campaigns/{campaign}", timeout=10).json()
-    spec, _ = CampaignSpec.from_wire(served)
+    document, spec = via_new_campaign(live_server, "block", [*args, "-e", "0.01", "-m", "ibu"], 200)
     assert (spec.mechanism, spec.metric, spec.epsilon) == ("exponential_grid", "euclidean", 0.01)
     (ibu,) = [r for r in document["results"] if r["source"] == "server" and r["method"] == "ibu"]
     assert ibu["emd_m"] < 300, ibu
