@@ -76,7 +76,9 @@ def create_app(test_config: Settings | Mapping[str, Any] | None = None) -> flask
 
     app.extensions[EXTENSION] = StoreHandle(settings)
     app.extensions[LIMITS_EXTENSION] = EstimateLimits(
-        max_work=settings.estimate_max_work, timeout_s=settings.estimate_timeout_s
+        max_work=settings.estimate_max_work,
+        timeout_s=settings.estimate_timeout_s,
+        threads=settings.estimate_threads,
     )
     app_metrics = metrics.init_app(app)
     register_error_handlers(app, on_redis_error=app_metrics.record_redis_error)

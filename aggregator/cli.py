@@ -421,6 +421,16 @@ def campaign_open(opener: StoreOpener, campaign_id: str) -> None:
     "[LDP_ESTIMATE_TIMEOUT_S; null: none].",
 )
 @click.option("--no-limits", is_flag=True, help="Compute however long the estimate takes.")
+@click.option(
+    "--threads",
+    metavar="N",
+    envvar="LDP_ESTIMATE_THREADS",
+    default=str(Settings.estimate_threads),
+    show_default=True,
+    callback=_checked_setting("estimate_threads"),
+    help="Threads for the estimate's folds and refits, as the server's "
+    "[LDP_ESTIMATE_THREADS; 0: the CPUs available, at most 4].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")
 @click.pass_obj
 def estimate_command(
@@ -433,6 +443,7 @@ def estimate_command(
     max_work: int | None,
     timeout_s: float | None,
     no_limits: bool,
+    threads: int,
     as_json: bool,
 ) -> None:
     """Estimate a campaign's distribution with confidence intervals.
@@ -443,7 +454,9 @@ def estimate_command(
     """
     store = opener.store()
     campaign = store.get_campaign(campaign_id)
-    limits = None if no_limits else estimates.EstimateLimits(max_work, timeout_s)
+    if no_limits:
+        max_work = timeout_s = None
+    limits = estimates.EstimateLimits(max_work, timeout_s, threads)
     method = method or estimates.default_method(campaign.mechanism)
     result, _ = estimates.cached_estimate(store, campaign, method, float(confidence), limits=limits)
     if as_json:

@@ -453,6 +453,12 @@ class Settings:
         "seconds one estimate may compute; past them it answers 503 `estimate_timed_out` "
         "with `Retry-After`; `null` for no limit",
     )
+    estimate_threads: int = setting(
+        Kind("whole number", "a whole number from 0 to 64", _whole(0, 64)),
+        0,
+        "threads one estimate may use for its cross-validation folds and bootstrap refits; "
+        "0: the CPUs the process may run on, at most 4",
+    )
     host: str = setting(TEXT, "127.0.0.1", "address `serve` listens on (also `--host`)")
     port: int = setting(PORT, 8000, "port `serve` listens on (also `--port`)")
     workers: int = setting(

@@ -8,18 +8,26 @@ cap, and :class:`EstimateTimedOut` once the time limit has passed, so that a
 caller can answer in bounded time instead of computing for minutes.
 
 The budget belongs to the thread that opened it (estimates run in a worker's
-thread pool, several at once).
+thread pool, several at once) and to the threads that thread lends it to
+(:mod:`aggregator.estimation.parallel`, which runs an estimate's folds and
+refits side by side); it also says how many threads one estimate may use.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+from aggregator.estimation.native import native_lock as _native_lock
 
 _local = threading.local()
+# Automatic thread count: the CPUs this process may run on, at most this many.
+MAX_AUTO_THREADS = 4
 
 
 class EstimateAborted(RuntimeError):
@@ -47,7 +55,25 @@ class _Budget:
     max_work: int | None
     timeout_s: float | None
     deadline: float | None
+    threads: int
     spent: int = 0
+    # Threads lent this budget charge it too, under a lock of the operating system's.
+    lock: Any = field(default_factory=_native_lock)
+
+
+def automatic_threads() -> int:
+    """The CPUs this process may run on, at most :data:`MAX_AUTO_THREADS`."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(MAX_AUTO_THREADS, cpus))
+
+
+def threads() -> int:
+    """How many threads the current estimate may use (automatic outside :func:`limited`)."""
+    budget: _Budget | None = getattr(_local, "budget", None)
+    return automatic_threads() if budget is None else budget.threads
 
 
 def charge(units: int) -> None:
@@ -55,7 +81,8 @@ def charge(units: int) -> None:
     budget: _Budget | None = getattr(_local, "budget", None)
     if budget is None:
         return
-    budget.spent += int(units)
+    with budget.lock:
+        budget.spent += int(units)
     if budget.max_work is not None and budget.spent > budget.max_work:
         raise WorkLimitExceeded(budget.max_work)
     if budget.deadline is not None and time.monotonic() > budget.deadline:
@@ -70,15 +97,32 @@ def spent() -> int:
 
 
 @contextmanager
-def limited(*, max_work: int | None = None, timeout_s: float | None = None) -> Iterator[None]:
-    """Run the block under a work cap and a time limit (``None``: no limit of that kind)."""
+def limited(
+    *, max_work: int | None = None, timeout_s: float | None = None, threads: int = 0
+) -> Iterator[None]:
+    """Run the block under a work cap and a time limit (``None``: no limit of that kind),
+    on at most ``threads`` threads (0: :func:`automatic_threads`)."""
     if max_work is not None and max_work < 1:
         raise ValueError(f"max_work must be >= 1, got {max_work!r}")
     if timeout_s is not None and not timeout_s > 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+    if threads < 0:
+        raise ValueError(f"threads must be >= 0, got {threads!r}")
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    with lent(_Budget(max_work, timeout_s, deadline, threads or automatic_threads())):
+        yield
+
+
+def current() -> _Budget | None:
+    """The current thread's budget, to lend to a thread that works for the same estimate."""
+    return getattr(_local, "budget", None)
+
+
+@contextmanager
+def lent(budget: _Budget | None) -> Iterator[None]:
+    """Run the block under ``budget`` (another thread's, from :func:`current`)."""
     previous = getattr(_local, "budget", None)
-    _local.budget = _Budget(max_work, timeout_s, deadline)
+    _local.budget = budget
     try:
         yield
     finally:

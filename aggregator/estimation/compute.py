@@ -118,9 +118,10 @@ def estimate(
         estimator = fitted.describe()
         warnings = tuple(fitted.warnings_)
         n_iter = fitted.n_iter_
-        replay = IBU(stopping="tolerance", seed=seed)
 
+        # A new estimator per refit: the bootstrap runs several at once (estimation.parallel).
         def refit(redrawn: np.ndarray) -> np.ndarray:
+            replay = IBU(stopping="tolerance", seed=seed)
             return replay.fit(redrawn, channel, n_iter=n_iter).frequencies_
 
         details["stopping"] = "cross-validated held-out likelihood"
@@ -129,10 +130,9 @@ def estimate(
         fitted = MatrixInversion(postprocess=postprocess).fit(counts, channel)
         estimator = INVERSION_DESCRIPTIONS[method]
         warnings = () if fitted.converged_ else (INVERSION_NOT_CONVERGED,)
-        replica = MatrixInversion(postprocess=postprocess)
 
         def refit(redrawn: np.ndarray) -> np.ndarray:
-            return replica.fit(redrawn, channel).frequencies_
+            return MatrixInversion(postprocess=postprocess).fit(redrawn, channel).frequencies_
 
     interval = confidence_interval(
         counts,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aggregator.estimation import budget, planar_steps
+from aggregator.estimation import budget, parallel, planar_steps
 from aggregator.estimation.channels import KRRChannel
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from shared.mechanisms import KRR
@@ -174,14 +174,15 @@ def advance_charged(steps, count: int, tol: float, units_per_step: int) -> tuple
 
 
 class _FoldSteps:
-    """IBU's steps on several sets of counts at once (one per cross-validation fold)."""
+    """IBU's steps on several sets of counts at once (one per cross-validation fold), the
+    folds side by side on the threads the estimate may use."""
 
     def __init__(self, channel, train: np.ndarray):
         self._steps = [_steps(channel, row) for row in train]
 
     def advance(self, count: int) -> float:
         """``count`` steps on every fold; returns the largest change of the last step."""
-        return max(steps.advance(count, 0.0)[1] for steps in self._steps)
+        return max(parallel.map_ordered(lambda steps: steps.advance(count, 0.0)[1], self._steps))
 
     def predicted(self) -> np.ndarray:
         """Each fold's predicted report distribution, one row per fold."""

@@ -18,14 +18,14 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import re
-import sys
-import threading
 import weakref
 from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+
+from aggregator.estimation.native import native_lock
 
 FORWARD, BACKWARD = -1, 1
 # fftw3.h's planner flags.
@@ -38,19 +38,8 @@ PLANNING_TIME_LIMIT_S = 0.25
 _LIBRARY_NAME = re.compile(r"^libfftw3(-[0-9a-f]+)?\.so")
 
 
-def _native_lock():
-    """A lock of the operating system's, even where gevent has patched ``threading``.
-
-    Plans are made and destroyed in native threads (gevent's thread pool runs
-    estimates); gevent's own locks are meant for greenlets.
-    """
-    monkey = sys.modules.get("gevent.monkey")
-    if monkey is not None and monkey.is_module_patched("threading"):
-        return monkey.get_original("_thread", "allocate_lock")()
-    return threading.Lock()
-
-
-_planning = _native_lock()
+# Plans are made and destroyed in native threads (gevent's thread pool runs estimates).
+_planning = native_lock()
 
 
 def _library_path() -> str | None:

@@ -71,7 +71,7 @@ in ``docs/estimation.md`` (``scripts/bench_coverage.py``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,7 +79,7 @@ from scipy.special import betaincinv
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
-from aggregator.estimation import budget, planar_steps
+from aggregator.estimation import budget, parallel, planar_steps
 from aggregator.estimation.channels import (
     DENSE_SOLVE_LIMIT,
     Channel,
@@ -195,7 +195,8 @@ def confidence_interval(
         low, high = analytic_interval(counts, channel, unbiased, confidence, seed)
         method = "analytic normal interval (multinomial covariance through the inverse)"
     else:
-        equivalent, reference = reference_fit(counts, channel, point)
+        # The reference fit (one long IBU run) beside the bootstrap's refits.
+        fitted_reference = parallel.beside(lambda: reference_fit(counts, channel, point))
         low, high = bootstrap_error_interval(
             counts,
             channel,
@@ -204,8 +205,9 @@ def confidence_interval(
             confidence=confidence,
             replicates=replicates,
             seed=seed,
-            reference=reference,
+            reference=lambda: fitted_reference()[1],
         )
+        equivalent = fitted_reference()[0]
         method = (
             f"parametric bootstrap of the estimator's error ({replicates} replicates) and its "
             f"distance to a {REFERENCE_FACTOR}x less regularised IBU fit (the estimate matches "
@@ -374,22 +376,30 @@ def bootstrap_error_interval(
     confidence: float,
     replicates: int = BOOTSTRAP_REPLICATES,
     seed: int = 0,
-    reference: np.ndarray | None = None,
+    reference: np.ndarray | Callable[[], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``point +- t sqrt(mse + d^2)``: ``mse`` the mean square error of ``refit`` on counts
     redrawn from ``point``'s report distribution (``point`` is the bootstrap world's truth),
-    ``d`` the distance from ``point`` to ``reference`` (zero without one)."""
+    ``d`` the distance from ``point`` to ``reference`` (zero without one; a callable is asked
+    for it after the refits)."""
     if replicates < 2:
         raise ValueError(f"replicates must be >= 2, got {replicates!r}")
     generator = np.random.default_rng(seed)
     n = round(float(counts.sum()))
     predicted = np.maximum(channel.forward(np.clip(point, 0.0, None)), 0.0)
     predicted /= predicted.sum()
+
+    def redraws() -> Iterator[np.ndarray]:
+        for _ in range(replicates):
+            budget.charge(channel.n_outputs)
+            yield generator.multinomial(n, predicted).astype(float)
+
     squared_error = np.zeros(channel.n_inputs)
-    for _ in range(replicates):
-        budget.charge(channel.n_outputs)
-        redrawn = generator.multinomial(n, predicted).astype(float)
-        squared_error += (refit(redrawn) - point) ** 2
+    # The refits side by side; their errors summed in the replicates' order.
+    for error in parallel.map_ordered(lambda redrawn: (refit(redrawn) - point) ** 2, redraws()):
+        squared_error += error
+    if callable(reference):
+        reference = reference()
     if reference is not None:
         squared_error += replicates * (point - reference) ** 2
     rmse = np.sqrt(squared_error / replicates)

@@ -204,10 +204,12 @@ def parse_confidence(raw: str | None) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class EstimateLimits:
-    """The budget of one estimate: a cap on its work units and a time limit (None: none)."""
+    """The budget of one estimate: a cap on its work units and a time limit (None: none), and
+    the threads it may use (0: as many as the process may run on, at most 4)."""
 
     max_work: int | None = DEFAULT_MAX_WORK
     timeout_s: float | None = DEFAULT_TIMEOUT_S
+    threads: int = 0
 
     def __post_init__(self) -> None:
         if self.max_work is not None and (
@@ -220,6 +222,8 @@ class EstimateLimits:
             raise ValueError(
                 f"ESTIMATE_TIMEOUT_S must be a positive number, got {self.timeout_s!r}"
             )
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
+            raise ValueError(f"ESTIMATE_THREADS must be a whole number >= 0, got {self.threads!r}")
 
     @property
     def retry_after_s(self) -> int:
@@ -255,7 +259,9 @@ def bounded(
     @functools.wraps(function)
     def run(*args: Any, **kwargs: Any) -> _Result:
         try:
-            with budget.limited(max_work=limits.max_work, timeout_s=limits.timeout_s):
+            with budget.limited(
+                max_work=limits.max_work, timeout_s=limits.timeout_s, threads=limits.threads
+            ):
                 return function(*args, **kwargs)
         except budget.WorkLimitExceeded as exc:
             raise EstimateTooCostly(
