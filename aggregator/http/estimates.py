@@ -151,8 +151,30 @@ def default_method(mechanism: Mechanism) -> str:
 
 
 def applicable_methods(mechanism: Mechanism) -> list[str]:
-    """The estimation methods a campaign with this mechanism can be asked for."""
-    return [m for m in METHODS if m != "empirical_bayes" or has_empirical_bayes(mechanism)]
+    """The estimation methods a campaign with this mechanism can be asked for (the
+    dashboard's menu)."""
+    return [m for m in METHODS if not_applicable(mechanism, m) is None]
+
+
+def not_applicable(mechanism: Mechanism, method: str) -> str | None:
+    """Why ``method`` cannot estimate a campaign with this mechanism (None: it can)."""
+    if method == "empirical_bayes" and not has_empirical_bayes(mechanism):
+        return (
+            "empirical_bayes estimates k-RR campaigns over three categories or more; "
+            f"use {default_method(mechanism)}"
+        )
+    if (
+        method == "ibu"
+        and isinstance(mechanism, OLH)
+        and mechanism.pool_size * mechanism.k > OLH_IBU_MAX_HASHES
+    ):
+        return (
+            f"ibu cannot be used for this campaign: each of its iterations hashes all "
+            f"{mechanism.k:,} values under each of the {mechanism.pool_size:,} seeds twice, and "
+            f"cross-validating it takes hundreds; use projection (the default for olh) or "
+            "inversion"
+        )
+    return None
 
 
 def value_labels(mechanism: OLH | HadamardResponse) -> list[str]:
@@ -314,26 +336,9 @@ def estimate_response(
     head = {"campaign": campaign.spec.id, "spec_hash": campaign.spec_hash}
     if not vector.any():
         return {**head, "method": method, "n": 0, "confidence": confidence, "estimates": []}
-    if (
-        method == "ibu"
-        and isinstance(mechanism, OLH)
-        and mechanism.pool_size * mechanism.k > OLH_IBU_MAX_HASHES
-    ):
-        raise ValidationError(
-            f"ibu cannot be used for this campaign: each of its iterations hashes all "
-            f"{mechanism.k:,} values under each of the {mechanism.pool_size:,} seeds twice, and "
-            f"cross-validating it takes hundreds; use projection (the default for olh) or "
-            "inversion",
-            field="method",
-            code="method_not_applicable",
-        )
-    if method not in applicable_methods(mechanism):
-        raise ValidationError(
-            "empirical_bayes estimates k-RR campaigns over three categories or more; "
-            f"use {default_method(mechanism)}",
-            field="method",
-            code="method_not_applicable",
-        )
+    refusal = not_applicable(mechanism, method)
+    if refusal is not None:
+        raise ValidationError(refusal, field="method", code="method_not_applicable")
     try:
         result = estimate(mechanism, vector, method=method, confidence=confidence, channel=channel)
     except SingularChannelError as exc:

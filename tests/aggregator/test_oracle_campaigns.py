@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from aggregator_testdata import HADAMARD_SPEC, KRR_SPEC, OLH_SPEC, create_campaign, new_id, submit
 
-from aggregator.http.estimates import ORACLE_TOP_ROWS
+from aggregator.http.estimates import ORACLE_TOP_ROWS, applicable_methods, not_applicable
 from shared.mechanisms import HadamardResponse, Mechanism
 from shared.oracles import OLH
 from shared.spec import MAX_DOMAIN_SIZE, CampaignSpec
@@ -132,6 +132,15 @@ def test_ibu_is_refused_for_a_large_olh_campaign(client, admin, analyst):
     assert response.status_code == 422
     error = response.get_json()["error"]
     assert error["code"] == "method_not_applicable" and "projection" in error["message"]
+
+
+def test_the_methods_offered_are_the_methods_accepted():
+    large = Mechanism.from_spec(CampaignSpec.from_dict({**OLH_SPEC, "domain_size": 20_000}))
+    small = Mechanism.from_spec(CampaignSpec.from_dict({**OLH_SPEC, "domain_size": 30}))
+    assert "ibu" not in applicable_methods(large)  # the dashboard's menu leaves it out
+    assert not_applicable(large, "ibu") is not None
+    assert "ibu" in applicable_methods(small) and not_applicable(small, "ibu") is None
+    assert "empirical_bayes" not in applicable_methods(small)
 
 
 def test_ibu_runs_for_a_small_olh_campaign(client, admin, analyst):
