@@ -21,7 +21,8 @@ import numpy as np
 from aggregator.estimation import budget, parallel, planar_steps
 from aggregator.estimation.channels import KRRChannel
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
-from shared.mechanisms import KRR
+from shared.mechanisms import KRR, HadamardResponse
+from shared.oracles import OLH
 
 POSTPROCESS = ("none", "clip", "projection")
 STOPPING = ("cv", "tolerance")
@@ -32,6 +33,7 @@ PATIENCE_FRACTION = 0.25
 # Randomized response's default takes the smallest iteration count within this many standard
 # errors.
 KRR_SE_RULE = 0.5
+ORACLE_DEFAULT_METHOD = "projection"
 # k-RR's default (k >= 3): the raw report shares up to this log-likelihood gain of the fitted
 # prior over equal shares, the posterior means from the second value on, linear between.
 KRR_BLEND = (5.0, 15.0)
@@ -418,8 +420,10 @@ def _paired_se(differences: np.ndarray) -> float:
 
 def default_method(channel) -> str:
     """The estimation method the service uses by default for ``channel`` (docs/estimation.md),
-    or for the mechanism it is built from (the service's API puts the large-domain oracles'
-    ``"projection"`` before this).
+    or for the mechanism it is built from.
+
+    ``"projection"`` for the large-domain frequency oracles (OLH, Hadamard response), whose
+    IBU steps hash every value under every seed.
 
     ``"empirical_bayes"`` for k-RR over three categories or more: posterior means under a
     nonparametric prior fitted to the counts, with the raw report shares mixed in where
@@ -429,6 +433,10 @@ def default_method(channel) -> str:
     because the held-out score is flat and noisy where the reports carry little signal and
     the best-scoring count often overfits.
     """
+    if isinstance(channel, (OLH, HadamardResponse)) or getattr(
+        channel, "intervals_around_unbiased", False
+    ):
+        return ORACLE_DEFAULT_METHOD
     return "empirical_bayes" if has_empirical_bayes(channel) else "ibu"
 
 
@@ -438,9 +446,12 @@ def has_empirical_bayes(subject) -> bool:
     return isinstance(subject, (KRRChannel, KRR)) and subject.n_inputs > 2
 
 
-def default_estimator(channel, *, seed: int = 0) -> IBU | KRREmpiricalBayes:
+def default_estimator(channel, *, seed: int = 0) -> IBU | KRREmpiricalBayes | MatrixInversion:
     """The estimator of :func:`default_method` for ``channel``."""
-    if has_empirical_bayes(channel):
+    method = default_method(channel)
+    if method == ORACLE_DEFAULT_METHOD:
+        return MatrixInversion(postprocess="projection")
+    if method == "empirical_bayes":
         return empirical_bayes(channel)
     return cross_validated_ibu(channel, seed=seed)
 

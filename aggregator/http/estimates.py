@@ -47,7 +47,6 @@ DEFAULT_METHOD = "ibu"
 # The large-domain oracles (OLH, Hadamard response) default to the unbiased estimate projected
 # onto the simplex (Norm-Sub): one pass over the pool's hashes where IBU needs one per
 # iteration, and a smaller error than clipping (docs/mechanisms.md, scripts/bench_oracles.py).
-ORACLE_DEFAULT_METHOD = "projection"
 # An oracle's estimate lists this many values at most: those with the largest estimates, in
 # decreasing order (a million rows would make a 100 MB body).
 ORACLE_TOP_ROWS = 1000
@@ -145,8 +144,6 @@ def is_oracle(mechanism: Mechanism) -> TypeGuard[OLH | HadamardResponse]:
 
 def default_method(mechanism: Mechanism) -> str:
     """The estimation method used when a request names none."""
-    if is_oracle(mechanism):
-        return ORACLE_DEFAULT_METHOD
     return estimators.default_method(mechanism)
 
 

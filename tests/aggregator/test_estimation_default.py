@@ -13,9 +13,15 @@ import numpy as np
 import pytest
 
 from aggregator.estimation import IBU, budget, channel_for, estimate
-from aggregator.estimation.estimators import _steps, default_estimator
+from aggregator.estimation.estimators import (
+    MatrixInversion,
+    _steps,
+    default_estimator,
+    default_method,
+)
 from shared.geo import Grid, Region
-from shared.mechanisms import KRR, PlanarLaplace, RandomizedResponse
+from shared.mechanisms import KRR, HadamardResponse, PlanarLaplace, RandomizedResponse
+from shared.oracles import OLH
 from simulate.metrics import earth_movers_distance, total_variation
 from simulate.populations import Population
 from simulate.sampling import sample
@@ -234,3 +240,24 @@ def test_compiled_krr_steps_match_the_generic_steps_alone_and_batched():
     single = channel.ibu_steps(runs[0])
     taken, change = single.advance(100_000, 1e-7)
     assert taken < 100_000 and change <= 1e-7
+
+
+@pytest.mark.parametrize(
+    "oracle",
+    [
+        OLH(epsilon=2.0, domain_size=2_000),
+        HadamardResponse(epsilon=2.0, domain=[f"w{i}" for i in range(300)]),
+    ],
+    ids=["olh", "hadamard"],
+)
+def test_the_library_default_for_an_oracle_is_the_services(oracle):
+    """``estimate`` without a method picks what the API picks: the projection (IBU would
+    hash every value under every seed at each of hundreds of steps)."""
+    generator = np.random.default_rng(5)
+    users = generator.integers(0, 40, size=3_000)
+    counts = np.bincount(sample(oracle, users, generator), minlength=oracle.n_outputs)
+    assert default_method(oracle) == default_method(channel_for(oracle)) == "projection"
+    assert isinstance(default_estimator(channel_for(oracle)), MatrixInversion)
+    result = estimate(oracle, counts)
+    assert result.method == "projection"
+    assert abs(result.frequencies.sum() - 1) < 1e-9
