@@ -141,9 +141,15 @@ def beside(function: Callable[[], _Result]) -> Callable[[], _Result]:
     With one thread (or from inside :func:`map_ordered`) ``function`` runs when its result
     is first asked for.
     """
+    outcome: list[tuple[bool, Any]] = []
     if budget.threads() <= 1 or getattr(_inside, "active", False):
-        return _once(function)
-    outcome: list[Any] = []
+
+        def later() -> _Result:
+            if not outcome:
+                outcome.append(_run(function))
+            return _unwrap(outcome[0])
+
+        return later
     finished = native_lock()
     finished.acquire()
     lent = budget.current()
@@ -152,9 +158,7 @@ def beside(function: Callable[[], _Result]) -> Callable[[], _Result]:
         _inside.active = True
         try:
             with budget.lent(lent):
-                outcome.append((True, function()))
-        except BaseException as exc:
-            outcome.append((False, exc))
+                outcome.append(_run(function))
         finally:
             _inside.active = False
             finished.release()
@@ -162,30 +166,22 @@ def beside(function: Callable[[], _Result]) -> Callable[[], _Result]:
     _pool(1).put(task)
 
     def result() -> _Result:
-        if not outcome:
-            finished.acquire()
-            finished.release()
-        ok, value = outcome[0]
-        if not ok:
-            raise value
-        return value
+        with finished:  # released once the task has finished; free from then on
+            return _unwrap(outcome[0])
 
     return result
 
 
-def _once(function: Callable[[], _Result]) -> Callable[[], _Result]:
-    """``function``, called at most once, its result or exception kept."""
-    outcome: list[Any] = []
+def _run(function: Callable[[], _Result]) -> tuple[bool, Any]:
+    """``(True, function())``, or ``(False, the exception it raised)``."""
+    try:
+        return True, function()
+    except BaseException as exc:
+        return False, exc
 
-    def result() -> _Result:
-        if not outcome:
-            try:
-                outcome.append((True, function()))
-            except BaseException as exc:
-                outcome.append((False, exc))
-        ok, value = outcome[0]
-        if not ok:
-            raise value
-        return value
 
-    return result
+def _unwrap(outcome: tuple[bool, Any]) -> Any:
+    ok, value = outcome
+    if not ok:
+        raise value
+    return value
