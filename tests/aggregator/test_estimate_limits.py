@@ -159,7 +159,9 @@ def test_the_limits_come_from_the_environment(monkeypatch, redis_url):
     monkeypatch.delenv("LDP_ESTIMATE_MAX_WORK")
     monkeypatch.delenv("LDP_ESTIMATE_TIMEOUT_S")
     defaults = create_app().extensions[estimates.LIMITS_EXTENSION]
-    assert defaults == estimates.EstimateLimits(estimates.DEFAULT_MAX_WORK, 30.0)
+    assert defaults == estimates.EstimateLimits(estimates.DEFAULT_MAX_WORK, 30.0, threads=0)
+    monkeypatch.setenv("LDP_ESTIMATE_THREADS", "3")
+    assert create_app().extensions[estimates.LIMITS_EXTENSION].threads == 3
 
 
 @pytest.mark.parametrize(
@@ -192,6 +194,9 @@ def test_the_cli_estimate_honours_the_limits(runner, redis_url, store, monkeypat
     assert lifted.exit_code == 0, lifted.output
     assert json.loads(lifted.stdout)["n"] == 60
     assert runner.invoke(main, [*args, "--confidence", "0.9500001"]).exit_code == 2
+    assert runner.invoke(main, [*args, "--threads", "1"]).exit_code == 0
+    refused = runner.invoke(main, [*args, "--threads", "-1"])
+    assert refused.exit_code == 2 and "LDP_ESTIMATE_THREADS" in refused.stderr
 
 
 # -- raw shares ------------------------------------------------------------------------------
