@@ -133,10 +133,20 @@ class Campaign:
     created_at: float
     n_reports: int
     mechanism: Mechanism = field(compare=False, repr=False)
+    # Each shard's n_reports when the campaign was read.
+    shard_reports: tuple[int, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def spec_hash(self) -> str:
         return self.spec.spec_hash
+
+    @property
+    def reports_seen(self) -> str:
+        """What the campaign had accepted when it was read, shard by shard: a shard's counts
+        change only when it accepts a new report (one script adds the report to its count and
+        to the shard's ``n_reports``), so an equal value means equal counts."""
+        shards = ",".join(map(str, self.shard_reports))
+        return f"{self.spec_hash}:{self.created_at!r}:{self.n_reports}:{shards}"
 
     def to_wire(self) -> dict[str, Any]:
         """The spec as served: spec fields plus ``status``, ``spec_hash`` and ``created_at``."""
@@ -469,6 +479,7 @@ class CampaignStore:
         )
         campaigns = []
         for (_, meta), layout, parts in zip(metas, layouts_read, totals, strict=True):
+            shard_reports = tuple(int(part or 0) for part in parts)
             spec_hash, status, created_at = meta[:3]
             # create.lua writes the fields together: a campaign with a hash has all of them.
             assert status is not None and created_at is not None
@@ -478,8 +489,9 @@ class CampaignStore:
                     spec=spec,
                     status=status.decode(),
                     created_at=float(created_at),
-                    n_reports=sum(int(part or 0) for part in parts),
+                    n_reports=sum(shard_reports),
                     mechanism=mechanism,
+                    shard_reports=shard_reports,
                 )
             )
         return campaigns
@@ -900,18 +912,40 @@ class CampaignStore:
         key = self.ESTIMATE_LOCK_KEY.format(id=campaign_id, variant=variant, digest=digest)
         return Lock(self.connection, key, ttl_ms)
 
-    def cached_estimate(self, campaign_id: str, variant: str, counts_digest: str) -> bytes | None:
-        """The estimate body cached for ``variant`` if it was made from these very counts."""
+    def cached_estimate(
+        self,
+        campaign_id: str,
+        variant: str,
+        *,
+        counts_digest: str | None = None,
+        reports: str | None = None,
+    ) -> bytes | None:
+        """The estimate body cached for ``variant`` if it was made from these very counts
+        (their digest), or from counts read after the campaign had accepted these
+        ``reports`` (:attr:`Campaign.reports_seen`; see :meth:`cache_estimate`)."""
         key = self.ESTIMATE_KEY.format(id=campaign_id, variant=variant)
-        digest, body = cast(_Fields, self.connection.hmget(key, ("counts_digest", "body")))
-        if digest is None or digest.decode() != counts_digest:
-            return None
-        return body
+        digest, seen, body = cast(
+            _Fields, self.connection.hmget(key, ("counts_digest", "reports", "body"))
+        )
+        if counts_digest is not None and digest is not None and digest.decode() == counts_digest:
+            return body
+        if reports is not None and seen is not None and seen.decode() == reports:
+            return body
+        return None
 
     def cache_estimate(
-        self, campaign_id: str, variant: str, counts_digest: str, body: bytes | str
+        self,
+        campaign_id: str,
+        variant: str,
+        counts_digest: str,
+        body: bytes | str,
+        *,
+        reports: str | None = None,
     ) -> None:
-        """Keep an estimate body with the digest of the counts it was made from.
+        """Keep an estimate body with the digest of the counts it was made from and
+        ``reports``, what the campaign had accepted before those counts were read (its
+        :attr:`Campaign.reports_seen`): a campaign that has accepted no report since has the same
+        counts, so a request can find the body without reading them.
 
         A cache, not a record: when Redis is at its memory limit the body is not
         kept (and the next request computes it again), rather than failing a read.
@@ -919,7 +953,13 @@ class CampaignStore:
         key = self.ESTIMATE_KEY.format(id=campaign_id, variant=variant)
         try:
             pipe = self.connection.pipeline(transaction=False)
+            # The body first: a reader in between may pair the old ``reports`` with the new
+            # body (made from newer counts, which is harmless), never the reverse.
             pipe.hset(key, mapping={"counts_digest": counts_digest, "body": body})
+            if reports is None:
+                pipe.hdel(key, "reports")
+            else:
+                pipe.hset(key, "reports", reports)
             pipe.expire(key, ESTIMATE_CACHE_TTL_S)
             pipe.execute()
         except redis.ResponseError as exc:

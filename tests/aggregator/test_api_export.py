@@ -166,6 +166,41 @@ def test_estimate_is_cached_until_a_new_report_arrives(client, analyst, fruit_co
     assert client.get(url, headers=analyst).headers["X-Estimate-Cache"] == "hit"
 
 
+def test_a_cache_hit_does_not_read_the_counts(app, client, analyst, fruit_counts, monkeypatch):
+    """The counts of every shard are the costly read (16 x outputs fields): a campaign that
+    has accepted no report since the estimate was cached is answered without them."""
+    url = f"{BASE}/fruit/estimate"
+    first = client.get(url, headers=analyst)
+    assert first.headers["X-Estimate-Cache"] == "miss"
+    store = app.extensions[EXTENSION].get()
+    reads = []
+    counts = type(store).counts
+    monkeypatch.setattr(
+        type(store), "counts", lambda self, cid: reads.append(cid) or counts(self, cid)
+    )
+    second = client.get(url, headers=analyst)
+    assert second.headers["X-Estimate-Cache"] == "hit" and reads == []
+    assert second.get_data() == first.get_data()
+    submit(client, "fruit", ["banana"])
+    third = client.get(url, headers=analyst)
+    assert third.headers["X-Estimate-Cache"] == "miss" and reads == ["fruit"]
+    assert third.get_json()["n"] == first.get_json()["n"] + 1
+
+
+def test_an_entry_without_the_reports_seen_is_found_by_its_counts(
+    app, client, analyst, fruit_counts
+):
+    """Entries cached before the reports seen were kept (or by a caller that has none) are
+    still served when the counts are the same."""
+    url = f"{BASE}/fruit/estimate"
+    body = client.get(url, headers=analyst).get_data()
+    store = app.extensions[EXTENSION].get()
+    key = store.ESTIMATE_KEY.format(id="fruit", variant="empirical_bayes:0.95")
+    assert store.connection.hdel(key, "reports") == 1
+    hit = client.get(url, headers=analyst)
+    assert hit.headers["X-Estimate-Cache"] == "hit" and hit.get_data() == body
+
+
 def test_a_retried_report_keeps_the_cache(client, analyst, krr_campaign):
     report = {"report_id": new_id(), "value": "cherry"}
     assert client.post(f"{BASE}/fruit/reports", json=report).get_json()["accepted"] == 1
