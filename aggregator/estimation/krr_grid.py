@@ -13,7 +13,9 @@ shares), its expected squared distance from the uniform distribution is
 ``sum_x v_x sum_y M_yx^2`` beyond the signal's (``noise``), with standard
 deviation about ``v sqrt(2 ||M M^T||_F^2)`` (``v`` the mean of ``v_x``).
 
-``selection="test"`` (the default): a bandwidth is eligible when that squared
+``selection="test"`` (the default) smooths only where the label-only default
+is the raw report shares (its prior not supported by the reports: it found no
+structure cell by cell). A bandwidth is then eligible when that squared
 distance ``spread`` is too large for noise alone (a chi-square test with
 ``2 noise^2 / sd^2`` degrees of freedom, level ``alpha``); among the eligible,
 the one with the smallest p-value is taken and the estimate is the simplex
@@ -31,6 +33,9 @@ projection (``"project-then-smooth"``). Kept to reproduce docs/estimation.md:
 it was measured and is not a safe default.
 
 All smoothing is charged to the work budget (:mod:`aggregator.estimation.budget`).
+This estimator is not the service's default: it gained 0.3-1% on the SF check-ins
+and was worse than the raw shares on one synthetic row (docs/estimation.md, "k-RR
+over a grid of cells", has the figures and what else was measured).
 """
 
 from __future__ import annotations
@@ -113,7 +118,7 @@ class KRRGridSmoothing:
     Attributes
     ----------
     frequencies_, bandwidth_ (0: the default), weight_ (the shrinkage's ``w``; None for the
-    default and under ``"cv"``), p_values_ (per bandwidth, ``"test"``), cv_bandwidths_,
+    default and under ``"cv"``), p_values_ (per bandwidth; ``"test"`` where it tested), cv_bandwidths_,
     cv_scores_ and cv_fold_scores_ (``"cv"``), default_ (the fitted label-only default),
     log_likelihood_, warnings_; n_iter_ and converged_ are None.
     """
@@ -241,7 +246,9 @@ class KRRGridSmoothing:
             self.bandwidth_ = self._cross_validate(counts, channel)
             if self.bandwidth_ > 0:
                 frequencies = self._smoothed_candidate(counts, channel, self.bandwidth_)
-        else:
+        elif self.default_.weight_ == 0.0:
+            # Only where the label-only default found nothing (it is the raw shares): where its
+            # prior is supported, the reports resolve single cells and smoothing blurs them.
             signals = [self.signal(counts, channel, h) for h in self.bandwidths]
             self.p_values_ = np.array([p_value for _, p_value, _ in signals])
             eligible = [i for i, (_, p, w) in enumerate(signals) if p <= self.alpha and w > 0]
@@ -263,6 +270,8 @@ class KRRGridSmoothing:
 
     def describe(self) -> str:
         """What the last :meth:`fit` ran, in words (for the estimate API's ``estimator``)."""
+        if self.bandwidth_ == 0 and self.selection == "test" and self.p_values_ is None:
+            return f"{self.default_.describe()} (not smoothed: the reports resolve single cells)"
         if self.bandwidth_ == 0:
             return f"{self.default_.describe()} (no spatial structure found to smooth)"
         if self.selection == "cv":
