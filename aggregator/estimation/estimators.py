@@ -210,7 +210,20 @@ def _fold_steps(channel, train: np.ndarray):
     return _FoldSteps(channel, train) if batch is None else _BatchFoldSteps(batch)
 
 
-def _held_out_scores(held_out: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+def held_out_folds(counts: np.ndarray, folds: int, seed: int) -> np.ndarray:
+    """The reports of each cross-validation fold, one row per fold (empty folds dropped).
+
+    Every whole report is put in one of ``folds`` folds at random (a multinomial split
+    of each count, seeded by ``seed``, so that an estimate is reproducible); a
+    fractional part of a count stays in every fold's training set.
+    """
+    rng = np.random.default_rng(seed)
+    whole = np.floor(counts).astype(np.int64)
+    held_out = rng.multinomial(whole, np.full(folds, 1.0 / folds)).T.astype(float)
+    return held_out[held_out.sum(axis=1) > 0]
+
+
+def held_out_scores(held_out: np.ndarray, predicted: np.ndarray) -> np.ndarray:
     """Per fold, the held-out reports' log-likelihood under that fold's predicted distribution."""
     with np.errstate(divide="ignore"):
         logs = np.log(np.maximum(predicted, np.finfo(float).tiny))
@@ -328,10 +341,7 @@ class IBU:
 
     def _cross_validate(self, counts, channel) -> int:
         """The iteration count chosen by cross-validation (see the class docstring)."""
-        rng = np.random.default_rng(self.seed)
-        whole = np.floor(counts).astype(np.int64)  # whole reports: a fraction stays in training
-        held_out = rng.multinomial(whole, np.full(self.folds, 1.0 / self.folds)).T.astype(float)
-        held_out = held_out[held_out.sum(axis=1) > 0]
+        held_out = held_out_folds(counts, self.folds, self.seed)
         train = counts[None, :] - held_out
         self.cv_iterations_, self.cv_scores_ = np.zeros(0, dtype=int), np.zeros(0)
         if held_out.shape[0] < 2 or np.any(train.sum(axis=1) <= 0):
@@ -342,7 +352,7 @@ class IBU:
             )
             return 1
         folds = _fold_steps(channel, train)
-        uniform_scores = _held_out_scores(held_out, folds.predicted())
+        uniform_scores = held_out_scores(held_out, folds.predicted())
         iterations, per_fold = [], []
         done, best = 0, 0
         while done < self.max_iter:
@@ -353,7 +363,7 @@ class IBU:
                 change = folds.advance(chunk)
                 done += chunk
             iterations.append(done)
-            per_fold.append(_held_out_scores(held_out, folds.predicted()))
+            per_fold.append(held_out_scores(held_out, folds.predicted()))
             if per_fold[-1].sum() > per_fold[best].sum():
                 best = len(per_fold) - 1
             if change <= self.tol:
@@ -369,12 +379,12 @@ class IBU:
         totals = scores.sum(axis=1)
         chosen = best
         for index in range(best):
-            if totals[best] - totals[index] <= self.se_rule * _paired_se(
+            if totals[best] - totals[index] <= self.se_rule * paired_se(
                 scores[best] - scores[index]
             ):
                 chosen = index
                 break
-        if totals[chosen] - uniform_scores.sum() <= _paired_se(scores[chosen] - uniform_scores):
+        if totals[chosen] - uniform_scores.sum() <= paired_se(scores[chosen] - uniform_scores):
             self.warnings_.append(
                 "the held-out reports are fitted no better by this estimate than by the uniform "
                 "distribution (within one standard error): differences between rows may be noise"
@@ -411,7 +421,7 @@ class IBU:
         return f"IBU, {steps} ({state})"
 
 
-def _paired_se(differences: np.ndarray) -> float:
+def paired_se(differences: np.ndarray) -> float:
     """The standard error of a sum of per-fold score differences."""
     if differences.size < 2:
         return 0.0
