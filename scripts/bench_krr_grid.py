@@ -1,5 +1,5 @@
 """k-RR over the cells of a grid: the label-only default against a grid-aware estimator
-(:class:`aggregator.estimation.krr_grid.KRRGridSmoothing`).
+(:class:`scripts.krr_grid.KRRGridSmoothing`).
 
 For every configuration and seed the same noisy k-RR reports are estimated by
 
@@ -27,7 +27,7 @@ over a 10% uniform background; uniform-ish: weights 1 + 0.3 U(0, 1) per cell; sp
 
 Run from the repository root::
 
-    python scripts/bench_krr_grid.py --seeds 200-207          # the table; writes docs/estimation.md
+    python scripts/bench_krr_grid.py --seeds 200-207          # the table; writes BENCHMARKS.md
     python scripts/bench_krr_grid.py --seeds 100-107 --no-write
     python scripts/bench_krr_grid.py --quick                  # a few rows, 2 seeds, print only
     python scripts/bench_krr_grid.py --cost-only              # seconds per estimate
@@ -56,9 +56,9 @@ if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project i
 
 from aggregator.estimation import channel_for  # noqa: E402
 from aggregator.estimation.estimators import _steps, empirical_bayes  # noqa: E402
-from aggregator.estimation.krr_grid import KRRGridSmoothing  # noqa: E402
 from scripts.bench_estimators import planar_grid, synthetic_categorical  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
+from scripts.krr_grid import KRRGridSmoothing  # noqa: E402
 from shared.geo import Grid  # noqa: E402
 from shared.mechanisms import KRR  # noqa: E402
 from simulate.metrics import cell_centres_m, total_variation  # noqa: E402
@@ -67,7 +67,6 @@ from simulate.reproduce import data_region  # noqa: E402
 from simulate.sampling import sample  # noqa: E402
 
 SECTION = "krr-grid"
-DOC = ROOT / "docs" / "estimation.md"
 SF_CSV = ROOT.parent / "shared" / "data" / "gowalla_sf_downtown.csv"
 POPULATION_SEED = 2024
 IBU_CAP = 3000
@@ -328,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", default="200-207", help="a seed or a range, e.g. 100-107")
     parser.add_argument("--quick", action="store_true", help="a few rows, 2 seeds, print only")
     parser.add_argument("--no-write", action="store_true", help="print only")
-    parser.add_argument("--section", default=SECTION, help="the docs/estimation.md section written")
+    parser.add_argument("--section", default=SECTION, help="the BENCHMARKS.md section written")
     parser.add_argument("--only", default="", help="only the rows whose name contains this")
     parser.add_argument("--cache", type=Path, help="a JSON file keeping hindsight-best IBU")
     parser.add_argument("--records", type=Path, help="write every seed's errors as JSON")
@@ -393,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(markdown)
     if not (args.quick or args.no_write):
-        print(f"wrote {write_section(args.section, markdown, path=DOC)}", file=sys.stderr)
+        print(f"wrote {write_section(args.section, markdown)}", file=sys.stderr)
     return 0
 
 

@@ -29,13 +29,14 @@ cross-validation on the held-out reports' k-RR log-likelihood, with random
 multinomial folds as IBU's (:func:`estimators.held_out_folds`) and a
 standard-error rule towards 0; the candidates are the simplex projection of
 the smoothed inversion (``candidates="smooth-then-project"``) or the smoothed
-projection (``"project-then-smooth"``). Kept to reproduce docs/estimation.md:
-it was measured and is not a safe default.
+projection (``"project-then-smooth"``). Kept to reproduce the figures: it was
+measured and is not a safe default.
 
 All smoothing is charged to the work budget (:mod:`aggregator.estimation.budget`).
-This estimator is not the service's default: it gained 0.3-1% on the SF check-ins
-and was worse than the raw shares on one synthetic row (docs/estimation.md, "k-RR
-over a grid of cells", has the figures and what else was measured).
+Measured, not used by the service (so it lives with its benchmark,
+``scripts/bench_krr_grid.py``): it gained 0.3-1% on the SF check-ins and was worse
+than the raw shares on one synthetic row (docs/estimation.md, "k-RR over a grid of
+cells", has the figures and what else was measured).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from scipy.ndimage import gaussian_filter1d
 
 from aggregator.estimation import budget, channel_for
 from aggregator.estimation.estimators import empirical_bayes
-from aggregator.estimation.krr_grid import KRRGridSmoothing, smooth
+from scripts.krr_grid import KRRGridSmoothing, smooth
 from shared.geo import Grid
 from shared.mechanisms import KRR
 from simulate.metrics import earth_movers_distance
