@@ -56,6 +56,7 @@ if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project i
 
 from aggregator.estimation import channel_for  # noqa: E402
 from aggregator.estimation.estimators import _steps, empirical_bayes  # noqa: E402
+from scripts.bench_estimators import Case as estimators_case  # noqa: E402
 from scripts.bench_estimators import planar_grid, synthetic_categorical  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
 from scripts.krr_grid import KRRGridSmoothing  # noqa: E402
@@ -64,7 +65,6 @@ from shared.mechanisms import KRR  # noqa: E402
 from simulate.metrics import cell_centres_m, total_variation  # noqa: E402
 from simulate.populations import Population, cell_labels  # noqa: E402
 from simulate.reproduce import data_region  # noqa: E402
-from simulate.sampling import sample  # noqa: E402
 
 SECTION = "krr-grid"
 SF_CSV = ROOT.parent / "shared" / "data" / "gowalla_sf_downtown.csv"
@@ -88,21 +88,10 @@ class Case:
         return KRR(epsilon=self.epsilon, domain=list(cell_labels(self.grid)))
 
     def reports(self, mechanism: KRR, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        """Report counts of one seed, and the distribution of those users' true cells."""
-        generator = np.random.default_rng(seed)
-        if self.rows is not None:
-            users = (
-                self.rows
-                if self.n is None
-                else self.rows[generator.integers(0, self.rows.size, self.n)]
-            )
-            truth_counts = np.bincount(users, minlength=self.truth.size)
-        else:
-            truth_counts = generator.multinomial(self.n, self.truth)
-            users = np.repeat(np.arange(self.truth.size), truth_counts)
-        outputs = sample(mechanism, users, generator)
-        counts = np.bincount(outputs, minlength=self.truth.size).astype(float)
-        return counts, truth_counts / truth_counts.sum()
+        """Report counts of one seed, and the distribution of those users' true cells (drawn
+        as bench_estimators draws them)."""
+        drawn = estimators_case(self.name, self.truth, mechanism, self.n, self.rows, self.grid)
+        return drawn.reports(seed)
 
 
 def emd_m(truth: np.ndarray, estimate: np.ndarray, grid: Grid) -> float:
