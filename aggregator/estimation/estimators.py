@@ -181,10 +181,14 @@ class _FoldSteps:
 
     def __init__(self, channel, train: np.ndarray):
         self._steps = [_steps(channel, row) for row in train]
+        self._alone = not channel.steps_run_in_parallel
 
     def advance(self, count: int) -> float:
         """``count`` steps on every fold; returns the largest change of the last step."""
-        return max(parallel.map_ordered(lambda steps: steps.advance(count, 0.0)[1], self._steps))
+        changes = parallel.map_ordered(
+            lambda steps: steps.advance(count, 0.0)[1], self._steps, alone=self._alone
+        )
+        return max(changes)
 
     def predicted(self) -> np.ndarray:
         """Each fold's predicted report distribution, one row per fold."""

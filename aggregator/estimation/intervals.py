@@ -196,7 +196,10 @@ def confidence_interval(
         method = "analytic normal interval (multinomial covariance through the inverse)"
     else:
         # The reference fit (one long IBU run) beside the bootstrap's refits.
-        fitted_reference = parallel.beside(lambda: reference_fit(counts, channel, point))
+        fitted_reference = parallel.beside(
+            lambda: reference_fit(counts, channel, point),
+            alone=not channel.steps_run_in_parallel,
+        )
         low, high = bootstrap_error_interval(
             counts,
             channel,
@@ -396,7 +399,12 @@ def bootstrap_error_interval(
 
     squared_error = np.zeros(channel.n_inputs)
     # The refits side by side; their errors summed in the replicates' order.
-    for error in parallel.map_ordered(lambda redrawn: (refit(redrawn) - point) ** 2, redraws()):
+    errors = parallel.map_ordered(
+        lambda redrawn: (refit(redrawn) - point) ** 2,
+        redraws(),
+        alone=not channel.steps_run_in_parallel,
+    )
+    for error in errors:
         squared_error += error
     if callable(reference):
         reference = reference()

@@ -62,14 +62,17 @@ def _pool(size: int) -> Any:
         return _tasks
 
 
-def map_ordered(function: Callable[[_Item], _Result], items: Iterable[_Item]) -> list[_Result]:
-    """``[function(item) for item in items]``, on up to ``budget.threads()`` threads.
+def map_ordered(
+    function: Callable[[_Item], _Result], items: Iterable[_Item], *, alone: bool = False
+) -> list[_Result]:
+    """``[function(item) for item in items]``, on up to ``budget.threads()`` threads (only
+    the caller's with ``alone``: work that holds Python's lock gains nothing from more).
 
     The calling thread works too. The first exception raised (by ``function``
     or by drawing an item) stops the threads taking more items and is raised
     here once the others have finished theirs.
     """
-    helpers = budget.threads() - 1
+    helpers = 0 if alone else budget.threads() - 1
     if isinstance(items, list | tuple):
         helpers = min(helpers, len(items) - 1)
     if helpers <= 0 or getattr(_inside, "active", False):
@@ -134,15 +137,15 @@ def map_ordered(function: Callable[[_Item], _Result], items: Iterable[_Item]) ->
     return [results[index] for index in range(len(results))]
 
 
-def beside(function: Callable[[], _Result]) -> Callable[[], _Result]:
+def beside(function: Callable[[], _Result], *, alone: bool = False) -> Callable[[], _Result]:
     """Start ``function`` on a pool thread, beside the caller's own work; the function
     returned waits for its result (or raises its exception).
 
-    With one thread (or from inside :func:`map_ordered`) ``function`` runs when its result
-    is first asked for.
+    With one thread (or ``alone``, or from inside :func:`map_ordered`) ``function`` runs
+    when its result is first asked for.
     """
     outcome: list[tuple[bool, Any]] = []
-    if budget.threads() <= 1 or getattr(_inside, "active", False):
+    if alone or budget.threads() <= 1 or getattr(_inside, "active", False):
 
         def later() -> _Result:
             if not outcome:
