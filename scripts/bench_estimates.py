@@ -342,7 +342,8 @@ def main(argv: list[str] | None = None) -> None:
         lines.append(
             f"| {name} | {row['first_s']:.2f} s | {row['recomputed_s']:.2f} s "
             f"| {row['estimator_s']:.2f} s | {row['cached_s'] * 1000:.1f} ms "
-            f"| {row['units']:,} | {row['n_iter']} | {row['interval_method']} |"
+            f"| {row['units']:,} | {'—' if row['n_iter'] is None else row['n_iter']} "
+            f"| {row['interval_method']} |"
         )
     lines += [
         "",
