@@ -1,9 +1,10 @@
 """An estimate's independent pieces of work (cross-validation folds, bootstrap refits) side by side.
 
-The compiled IBU loops (numba, ``nogil``), FFTW's and ``scipy.fft``'s transforms
-and numpy's whole-array arithmetic release the GIL, so the folds of a
-cross-validation and the refits of a bootstrap can run on all the CPUs one
-estimate may use (:func:`aggregator.estimation.budget.threads`). A channel keeps
+The compiled IBU loops (numba, ``nogil``) around FFTW's transforms release
+Python's lock, so the folds of a cross-validation and the refits of a bootstrap
+on a grid can run on all the CPUs one estimate may use
+(:func:`aggregator.estimation.budget.threads`); callers pass ``alone`` where
+the steps hold the lock (``Channel.steps_run_in_parallel``). A channel keeps
 FFT buffers and plans per thread, so the helper threads live in one pool for
 the life of the process rather than being started per call.
 
