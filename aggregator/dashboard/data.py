@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -151,8 +152,34 @@ def summary(store: CampaignStore, campaign: Campaign) -> dict[str, Any]:
     }
 
 
-def heatmap_layers(campaign: Campaign, counts: dict[int, int], estimate: dict) -> dict[str, Any]:
-    """Raw report shares and the reconstruction as rows x cols arrays (row 0 is the south).
+# Raw layers of the grid campaigns a worker showed last, by campaign and what it had accepted
+# (Campaign.reports_seen): a poll with no new report reads no counts.
+RAW_LAYERS_KEPT = 16
+_raw_layers: OrderedDict[tuple[str, str], list[list[float]]] = OrderedDict()
+
+
+def raw_layer(store: CampaignStore, campaign: Campaign) -> list[list[float]]:
+    """The campaign's report shares per cell as rows x cols (row 0 is the south)."""
+    key = (campaign.spec.id, campaign.reports_seen)
+    if key in _raw_layers:
+        _raw_layers.move_to_end(key)
+        return _raw_layers[key]
+    counts = store.counts(campaign.spec.id)
+    cols = campaign.spec.grid.cols
+    n = sum(counts.values())
+    raw = [[0.0] * cols for _ in range(campaign.spec.grid.rows)]
+    for output, count in counts.items():
+        row, col = divmod(output, cols)
+        raw[row][col] = count / n
+    _raw_layers[key] = raw
+    while len(_raw_layers) > RAW_LAYERS_KEPT:
+        _raw_layers.popitem(last=False)
+    return raw
+
+
+def heatmap_layers(campaign: Campaign, raw: list[list[float]], estimate: dict) -> dict[str, Any]:
+    """Raw report shares (:func:`raw_layer`) and the reconstruction as rows x cols arrays
+    (row 0 is the south).
 
     ``lat`` gives each row's centre latitude and ``lon`` each column's centre
     longitude, so the layers can be drawn on the campaign's lat/lon grid.
@@ -160,12 +187,6 @@ def heatmap_layers(campaign: Campaign, counts: dict[int, int], estimate: dict) -
     """
     grid = campaign.spec.grid
     rows, cols = grid.rows, grid.cols
-    n = sum(counts.values())
-    raw = [[0.0] * cols for _ in range(rows)]
-    if n:
-        for output, count in counts.items():
-            row, col = divmod(output, cols)
-            raw[row][col] = count / n
     reconstructed = [[0.0] * cols for _ in range(rows)]
     for index, row_estimate in enumerate(estimate.get("estimates", [])):
         row, col = divmod(index, cols)
@@ -189,5 +210,5 @@ def estimate_payload(store: CampaignStore, campaign: Campaign, body: dict) -> di
     method = payload["method"]
     payload["method_name"] = METHOD_NAMES.get(method, method)
     if campaign.spec.mechanism in GRID_MECHANISMS:
-        payload["heatmap"] = heatmap_layers(campaign, store.counts(campaign.spec.id), payload)
+        payload["heatmap"] = heatmap_layers(campaign, raw_layer(store, campaign), payload)
     return payload

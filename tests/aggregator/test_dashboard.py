@@ -24,6 +24,7 @@ from aggregator_testdata import (
 from aggregator.app import create_app
 from aggregator.estimation import METHODS
 from aggregator.estimation.advice import oracle_mse
+from aggregator.storage.store import CampaignStore
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
 
@@ -333,6 +334,32 @@ def test_planar_heatmap_layers(signed_in, planar_campaign, analyst):
     assert layers["lon"] == pytest.approx([grid.centre(col)[1] for col in range(grid.cols)])
     peak = max(max(line) for line in layers["raw"] + layers["estimate"])
     assert layers["zmax"] == peak
+
+
+def test_a_heatmap_poll_with_no_new_report_reads_no_counts(
+    signed_in, planar_campaign, analyst, monkeypatch
+):
+    """The page polls every few seconds: the raw layer is kept per worker until the campaign
+    accepts a report, as the estimate is kept in Redis."""
+    spec = CampaignSpec.from_dict(PLANAR_SPEC)
+    centre = {"lat": spec.region.lat_min + 1e-4, "lon": spec.region.lon_min + 1e-4}
+    post_reports(signed_in, PLANAR_SPEC, [centre] * 20, seed=5)
+    url = "/dashboard/data/campaigns/where/estimate"
+    first = signed_in.get(url).get_json()["heatmap"]["raw"]
+    reads = []
+    counts = CampaignStore.counts
+    monkeypatch.setattr(
+        CampaignStore, "counts", lambda self, cid: reads.append(cid) or counts(self, cid)
+    )
+    assert signed_in.get(url).get_json()["heatmap"]["raw"] == first and reads == []
+    post_reports(signed_in, PLANAR_SPEC, [centre] * 20, seed=6)
+    again = signed_in.get(url).get_json()["heatmap"]["raw"]
+    assert "where" in reads
+    counts = signed_in.get("/api/v1/campaigns/where/counts", headers=analyst).get_json()
+    assert [share for line in again for share in line] == pytest.approx(
+        [row["count"] / 40 for row in counts["counts"]]
+    )
+    assert again != first
 
 
 def test_an_exponential_grid_campaign_gets_the_map_page_and_heatmaps(signed_in, admin):
