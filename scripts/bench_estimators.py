@@ -70,7 +70,13 @@ from aggregator.estimation import budget, channel_for, estimate  # noqa: E402
 from aggregator.estimation.estimators import default_estimator  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
 from shared.geo import Grid  # noqa: E402
-from shared.mechanisms import KRR, Mechanism, PlanarLaplace, RandomizedResponse  # noqa: E402
+from shared.mechanisms import (  # noqa: E402
+    KRR,
+    Geometric,
+    Mechanism,
+    PlanarLaplace,
+    RandomizedResponse,
+)
 from simulate.metrics import earth_movers_distance, total_variation  # noqa: E402
 from simulate.populations import Population, cell_labels  # noqa: E402
 from simulate.reproduce import data_region, square_region  # noqa: E402
@@ -233,6 +239,18 @@ def cases(quick: bool) -> list[Case]:
     ]
     for shape, k, epsilon, n in categorical[:3] if quick else categorical:
         out.append(krr_case(shape, k, epsilon, n))
+    if not quick:
+        # The geometric mechanism over the integers 0..29 at 0.5 per unit: a Zipf(1.1) truth
+        # (its mass at the range's lower edge) and a discretised normal (mean 15, sd 3.75).
+        geometric = Geometric(epsilon=0.5, lo=0, hi=29)
+        values = np.arange(30)
+        bell = np.exp(-0.5 * ((values - 15) / 3.75) ** 2)
+        for shape, truth, n in (
+            ("zipf", Population.zipf(30, 1.1).probabilities, 200),
+            ("zipf", Population.zipf(30, 1.1).probabilities, 1000),
+            ("normal", bell / bell.sum(), 2000),
+        ):
+            out.append(Case(f"{shape} geometric k=30 eps=0.5/unit, n={n:,}", truth, geometric, n))
     for share, n in ((0.3, 500), (0.3, 10_000), (0.5, 1000)):
         truth = np.array([1 - share, share])
         rr = RandomizedResponse(epsilon=1.0)

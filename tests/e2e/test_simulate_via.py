@@ -222,9 +222,12 @@ def test_an_olh_campaign_end_to_end_through_the_command(live_server):
     rows = {r["method"]: r for r in document["results"] if r["source"] == "server"}
     assert set(rows) == {"inversion", "clip", "projection"}
     # zipf(2) puts 61% of the users on value 0; from 300 users over 3,000 values (a standard
-    # deviation of about 0.05 per value) the projection finds most of that mass (TV 0.52 here,
-    # where spreading it uniformly would be 0.9).
-    assert rows["projection"]["tv"] < 0.7 and rows["projection"]["max_abs"] < 0.25, rows
+    # deviation of about 0.05 per value) the projection finds much of that mass, where
+    # spreading it uniformly would be TV 0.9 and a largest error of 0.6. The client's noise
+    # cannot be seeded, so the bounds hold in every one of 10,000 simulated surveys (TV median
+    # 0.48, largest 0.73; largest error median 0.15, largest 0.36); the former 0.7 and 0.25
+    # failed in 0.09% and 3% of them.
+    assert rows["projection"]["tv"] < 0.8 and rows["projection"]["max_abs"] < 0.45, rows
 
 
 def test_an_exponential_grid_campaign_end_to_end_through_the_command(live_server):
