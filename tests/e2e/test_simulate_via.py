@@ -210,9 +210,20 @@ def test_a_geometric_campaign_end_to_end_through_the_command(live_server):
     assert (spec.mechanism, spec.lo, spec.hi, spec.epsilon) == ("geometric", 18, 47, 0.5)
     rows = [r for r in document["results"] if r["source"] == "server"]
     assert {r["method"] for r in rows} >= {"ibu", "inversion"}
-    # 200 users over 30 values: the server's IBU is about as close as the raw reports (TV 0.15).
+    # 200 users over 30 values: the server's IBU is about as close as the raw reports (TV 0.17
+    # in the median survey). The client's noise cannot be seeded, and in 7% of 2,000 simulated
+    # surveys the cross-validated IBU followed the noise past TV 0.3 (docs/estimation.md; the
+    # largest 0.69), so the bounds are ones all 2,000 met: TV below 0.8, and the users' weight
+    # on the ten lowest ages (77% of them; the estimates' least 62%, spread evenly 33%).
     (ibu,) = [r for r in rows if r["method"] == "ibu"]
-    assert ibu["tv"] < 0.3, ibu
+    assert ibu["tv"] < 0.8, ibu
+    estimate = requests.get(
+        f"{live_server.url}/api/v1/campaigns/{spec.id}/estimate?method=ibu",
+        headers={"Authorization": f"Bearer {live_server.analyst_token}"},
+        timeout=30,
+    ).json()
+    lowest = sum(row["frequency"] for row in estimate["estimates"] if int(row["label"]) < 28)
+    assert lowest > 0.5, estimate["estimates"]
 
 
 def test_an_olh_campaign_end_to_end_through_the_command(live_server):
