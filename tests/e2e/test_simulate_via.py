@@ -212,8 +212,9 @@ def test_a_geometric_campaign_end_to_end_through_the_command(live_server):
     assert {r["method"] for r in rows} >= {"ibu", "inversion"}
     # 200 users over 30 values: the server's IBU is about as close as the raw reports (TV 0.17
     # in the median survey). The client's noise cannot be seeded, and in 7% of 2,000 simulated
-    # surveys the cross-validated IBU followed the noise past TV 0.3 (docs/estimation.md; the
-    # largest 0.69), so the bounds are ones all 2,000 met: TV below 0.8, and the users' weight
+    # surveys the cross-validated IBU followed the noise past TV 0.3 (`python
+    # scripts/measure_stopping.py tails 2000`; the largest 0.69), so the bounds are ones all
+    # 2,000 met: TV below 0.8, and the users' weight
     # on the ten lowest ages (77% of them; the estimates' least 62%, spread evenly 33%).
     (ibu,) = [r for r in rows if r["method"] == "ibu"]
     assert ibu["tv"] < 0.8, ibu
@@ -235,9 +236,9 @@ def test_an_olh_campaign_end_to_end_through_the_command(live_server):
     # zipf(2) puts 61% of the users on value 0; from 300 users over 3,000 values (a standard
     # deviation of about 0.05 per value) the projection finds much of that mass, where
     # spreading it uniformly would be TV 0.9 and a largest error of 0.6. The client's noise
-    # cannot be seeded, so the bounds hold in every one of 10,000 simulated surveys (TV median
-    # 0.48, largest 0.73; largest error median 0.15, largest 0.36); the former 0.7 and 0.25
-    # failed in 0.09% and 3% of them.
+    # cannot be seeded, so the bounds hold in every one of 2,000 simulated surveys (`python
+    # scripts/measure_stopping.py tails 2000`: TV median 0.48, largest 0.69; largest error
+    # median 0.15, largest 0.36); the former bound of 0.25 on the error failed in 2% of them.
     assert rows["projection"]["tv"] < 0.8 and rows["projection"]["max_abs"] < 0.45, rows
 
 

@@ -1,0 +1,204 @@
+"""Measurements behind docs/estimation.md's notes on IBU stopping rules (printed only).
+
+* ``planar SEEDS``: for the planar rows of ``bench_estimators.py``, the cross-validated count
+  against the largest count within 0.25, 0.5 or 1 standard error of the best (a rule towards
+  more iterations), and the mean of the iterates weighted by ``exp(score / T)``; each as the
+  median and worst seed's ratio to hindsight-best IBU.
+* ``geometric``: the geometric mechanism over 30 integers (Zipf(1.1) truth): IBU's mean total
+  variation against the raw reports' with the standard-error rule at 0, 0.5 and 1
+  (seeds 100-199), and at fixed iteration counts (seeds 100-159).
+* ``tails N``: the end-to-end tests' populations in ``N`` in-process surveys: the geometric
+  campaign's IBU (TV, and the estimate's weight on the ten lowest values) and the OLH
+  campaign's projection (TV, largest error).
+
+    python scripts/measure_stopping.py planar 100-107
+    python scripts/measure_stopping.py geometric
+    python scripts/measure_stopping.py tails 2000
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from aggregator.estimation import channel_for, estimate  # noqa: E402
+from aggregator.estimation.estimators import (  # noqa: E402
+    IBU,
+    PATIENCE_FRACTION,
+    PATIENCE_MIN,
+    _fold_steps,
+    _next_checkpoint,
+    _steps,
+    held_out_folds,
+    held_out_scores,
+    paired_se,
+)
+from scripts.bench_estimators import cases, ibu_errors  # noqa: E402
+from shared.mechanisms import Geometric, PlanarLaplace  # noqa: E402
+from shared.oracles import OLH  # noqa: E402
+from simulate.metrics import total_variation  # noqa: E402
+from simulate.populations import Population  # noqa: E402
+from simulate.sampling import sample  # noqa: E402
+
+
+def fold_curve(channel, counts: np.ndarray) -> tuple[list[int], np.ndarray, int]:
+    """The cross-validation's checkpoints, per-fold scores and best index, as IBU runs it."""
+    held = held_out_folds(counts, 10, 0)
+    folds = _fold_steps(channel, counts[None, :] - held)
+    iterations, per_fold, done, best = [], [], 0, 0
+    while done < 10_000:
+        target = _next_checkpoint(done)
+        folds.advance(target - done)
+        done = target
+        iterations.append(done)
+        per_fold.append(held_out_scores(held, folds.predicted()))
+        if per_fold[-1].sum() > per_fold[best].sum():
+            best = len(per_fold) - 1
+        if done - iterations[best] >= max(PATIENCE_MIN, PATIENCE_FRACTION * iterations[best]):
+            break
+    return iterations, np.asarray(per_fold), best
+
+
+def iterate_at(channel, counts: np.ndarray, count: int) -> np.ndarray:
+    steps = _steps(channel, counts)
+    steps.advance(count, 0.0)
+    return steps.p
+
+
+def planar(seeds: range) -> None:
+    for case in cases(quick=False):
+        if not isinstance(case.mechanism, PlanarLaplace):
+            continue
+        channel = channel_for(case.mechanism)
+        ratios: dict[str, list[float]] = {}
+        for seed in seeds:
+            counts, truth = case.reports(seed)
+            best_error = ibu_errors(case, channel, counts, truth).min()
+            iterations, scores, best = fold_curve(channel, counts)
+            totals = scores.sum(axis=1)
+            for rule in (0.0, 0.25, 0.5, 1.0):
+                chosen = best
+                for index in range(len(iterations) - 1, best, -1):
+                    if totals[best] - totals[index] <= rule * paired_se(
+                        scores[best] - scores[index]
+                    ):
+                        chosen = index
+                        break
+                fit = iterate_at(channel, counts, iterations[chosen])
+                ratios.setdefault(f"se+{rule:g}", []).append(case.error(truth, fit) / best_error)
+            for temperature in (1.0, 2.0, 4.0):
+                weights = np.exp((totals - totals.max()) / temperature)
+                weights /= weights.sum()
+                steps, done, mean = _steps(channel, counts), 0, np.zeros(channel.n_inputs)
+                for count, weight in zip(iterations, weights, strict=True):
+                    if weight < 1e-8:
+                        continue
+                    steps.advance(count - done, 0.0)
+                    done = count
+                    mean += weight * steps.p
+                error = case.error(truth, mean / mean.sum())
+                ratios.setdefault(f"mean T={temperature:g}", []).append(error / best_error)
+        print(
+            case.name,
+            " | ".join(
+                f"{name}: median {np.median(v):.3f} worst {max(v):.3f}"
+                for name, v in ratios.items()
+            ),
+            flush=True,
+        )
+
+
+def geometric() -> None:
+    points = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 3000]
+    for k, epsilon, n in ((30, 0.5, 200), (30, 0.5, 1000), (30, 1.0, 200), (100, 0.5, 1000)):
+        mechanism = Geometric(epsilon=epsilon, lo=0, hi=k - 1)
+        channel = channel_for(mechanism)
+        truth_p = Population.zipf(k, 1.1).probabilities
+        raw, rules, fixed = [], {0.0: [], 0.5: [], 1.0: []}, np.zeros(len(points))
+        for seed in range(100, 200):
+            generator = np.random.default_rng(seed)
+            users = generator.choice(k, size=n, p=truth_p)
+            truth = np.bincount(users, minlength=k) / n
+            counts = np.bincount(sample(mechanism, users, generator), minlength=k).astype(float)
+            raw.append(total_variation(truth, counts / n))
+            for rule, errors in rules.items():
+                errors.append(
+                    total_variation(truth, IBU(se_rule=rule).fit(counts, channel).frequencies_)
+                )
+            if seed < 160:
+                steps, done = _steps(channel, counts), 0
+                for i, count in enumerate(points):
+                    steps.advance(count - done, 0.0)
+                    done = count
+                    fixed[i] += total_variation(truth, steps.p) / 60
+        mean_raw = np.mean(raw)
+        mean_raw_60 = np.mean(raw[:60])
+        print(
+            f"geometric k={k} eps={epsilon} n={n}: raw {mean_raw:.3f} | "
+            + " | ".join(f"se {r:g}: {np.mean(e) / mean_raw:.3f}" for r, e in rules.items())
+            + f" | best fixed count {points[int(fixed.argmin())]}: {fixed.min() / mean_raw_60:.3f}",
+            flush=True,
+        )
+
+
+def tails(surveys: int) -> None:
+    mechanism = Geometric(epsilon=0.5, lo=18, hi=47)
+    channel = channel_for(mechanism)
+    truth_p = Population.zipf(30, 1.1).probabilities
+    tv, lowest = [], []
+    for seed in range(surveys):
+        generator = np.random.default_rng(seed)
+        users = generator.choice(30, size=200, p=truth_p)
+        truth = np.bincount(users, minlength=30) / 200
+        counts = np.bincount(sample(mechanism, users, generator), minlength=30).astype(float)
+        fit = IBU().fit(counts, channel).frequencies_
+        tv.append(total_variation(truth, fit))
+        lowest.append(fit[:10].sum())
+    tv_a, low_a = np.asarray(tv), np.asarray(lowest)
+    print(
+        f"geometric, 200 users: TV median {np.median(tv_a):.3f}, max {tv_a.max():.3f}, "
+        f"share above 0.3 {np.mean(tv_a > 0.3):.4f}; weight on the ten lowest: median "
+        f"{np.median(low_a):.3f}, least {low_a.min():.3f} (truth {truth_p[:10].sum():.3f})"
+    )
+    oracle = OLH(epsilon=2.0, domain_size=3000)
+    channel = channel_for(oracle)
+    truth_p = Population.zipf(3000, 2.0).probabilities
+    tv, largest = [], []
+    for seed in range(surveys):
+        generator = np.random.default_rng(seed)
+        users = generator.choice(3000, size=300, p=truth_p)
+        truth = np.bincount(users, minlength=3000) / 300
+        counts = np.bincount(sample(oracle, users, generator), minlength=oracle.n_outputs)
+        fit = estimate(oracle, counts, method="projection", channel=channel).frequencies
+        tv.append(total_variation(truth, fit))
+        largest.append(np.abs(truth - fit).max())
+    tv_a, big = np.asarray(tv), np.asarray(largest)
+    print(
+        f"OLH, 300 users: TV median {np.median(tv_a):.3f}, max {tv_a.max():.3f}, share at least "
+        f"0.7 {np.mean(tv_a >= 0.7):.4f}; largest error median {np.median(big):.3f}, max "
+        f"{big.max():.3f}, share at least 0.25 {np.mean(big >= 0.25):.4f}"
+    )
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "planar":
+        first, _, last = argv[1].partition("-")
+        planar(range(int(first), int(last or first) + 1))
+    elif argv[:1] == ["geometric"]:
+        geometric()
+    elif len(argv) >= 2 and argv[0] == "tails":
+        tails(int(argv[1]))
+    else:
+        print(__doc__)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
