@@ -7,7 +7,8 @@ and seed, the same noisy reports are estimated three ways:
   (``estimators.default_estimator``: for k-RR over three categories or more,
   empirical Bayes mixed with the raw report shares where its prior is not
   clearly supported; otherwise IBU with its iteration count chosen by 10-fold
-  cross-validation);
+  cross-validation, for the geometric mechanism two such runs averaged, from
+  equal shares and from the report shares);
 * the **raw reports**: the report counts normalised to shares, what a
   dashboard would show with no estimation at all;
 * **hindsight-best IBU**: IBU run on the same reports, scored against the

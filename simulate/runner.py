@@ -36,6 +36,7 @@ from aggregator.estimation import (
 )
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.estimators import (
+    TwoStartIBU,
     clip_and_normalise,
     cross_validated_ibu,
     empirical_bayes,
@@ -239,7 +240,7 @@ def estimate_methods(
     runs: dict[str, MethodRun] = {}
     for method in methods:
         started = time.perf_counter()
-        fitted: IBU | KRREmpiricalBayes | MatrixInversion
+        fitted: IBU | TwoStartIBU | KRREmpiricalBayes | MatrixInversion
         if method == NOISY:
             if channel.n_outputs != channel.n_inputs:
                 continue  # reports are not values (OLH, Hadamard response): no raw histogram

@@ -14,6 +14,7 @@ from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.estimators import (
     IBU,
     MatrixInversion,
+    TwoStartIBU,
     cross_validated_ibu,
     default_method,
     empirical_bayes,
@@ -102,7 +103,7 @@ def estimate(
     channel = channel if channel is not None else channel_for(mechanism)
     method = method if method is not None else default_method(channel)
     counts = np.asarray(counts, dtype=float)
-    fitted: IBU | KRREmpiricalBayes | MatrixInversion
+    fitted: IBU | TwoStartIBU | KRREmpiricalBayes | MatrixInversion
     details: dict[str, Any] = {}
     if method == "empirical_bayes":
         fitted = empirical_bayes(channel).fit(counts, channel)
@@ -114,15 +115,14 @@ def estimate(
             return empirical_bayes(channel).fit(redrawn, channel).frequencies_
 
     elif method == "ibu":
-        fitted = cross_validated_ibu(channel, seed=seed).fit(counts, channel)
-        estimator = fitted.describe()
-        warnings = tuple(fitted.warnings_)
-        n_iter = fitted.n_iter_
+        ibu = cross_validated_ibu(channel, seed=seed).fit(counts, channel)
+        fitted = ibu
+        estimator = ibu.describe()
+        warnings = tuple(ibu.warnings_)
 
-        # A new estimator per refit: the bootstrap runs several at once (estimation.parallel).
+        # The same iteration counts on the redrawn counts (a new estimator per refit).
         def refit(redrawn: np.ndarray) -> np.ndarray:
-            replay = IBU(stopping="tolerance", seed=seed)
-            return replay.fit(redrawn, channel, n_iter=n_iter).frequencies_
+            return ibu.replay(redrawn, channel)
 
         details["stopping"] = "cross-validated held-out likelihood"
     else:

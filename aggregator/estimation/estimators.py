@@ -21,11 +21,13 @@ import numpy as np
 from aggregator.estimation import budget, parallel, planar_steps
 from aggregator.estimation.channels import KRRChannel
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
+from aggregator.estimation.ordinal import GeometricChannel
 from shared.mechanisms import KRR, HadamardResponse
 from shared.oracles import OLH
 
 POSTPROCESS = ("none", "clip", "projection")
 STOPPING = ("cv", "tolerance")
+STARTS = ("uniform", "reports")
 DEFAULT_FOLDS = 10
 # The cross-validation follows its curves until the best score is this old (iterations).
 PATIENCE_MIN = 20
@@ -39,6 +41,12 @@ ORACLE_DEFAULT_METHOD = "projection"
 KRR_BLEND = (5.0, 15.0)
 # IBU steps run between two budget checks.
 CHUNK_STEPS = 32
+# The geometric mechanism's default weighs its two IBU runs (from equal shares and from the
+# report shares) by exp(held-out log-likelihood / this many nats).
+TWO_STARTS_TEMPERATURE = 3.0
+# IBU started from the report shares starts an unreported value at this share (before
+# renormalising): IBU's steps multiply, so a share of 0 would stay 0.
+REPORT_START_FLOOR = 1e-12
 
 
 def _as_counts(counts, channel) -> np.ndarray:
@@ -113,17 +121,18 @@ class MatrixInversion:
 class IBUSteps:
     """IBU's steps on one set of counts, through the channel's ``forward`` and ``backward``.
 
-    ``p`` starts uniform; ``predicted`` is always ``forward(p)``. A channel
+    ``p`` starts at ``start`` (by default uniform); ``predicted`` is always ``forward(p)``. A channel
     may run the same steps faster (:meth:`channels.Channel.ibu_steps`), and
     may have them over-relaxed after a number of steps
     (:attr:`channels.Channel.ibu_relax_after`); ``steps_taken`` counts them.
     """
 
-    def __init__(self, channel, counts: np.ndarray):
+    def __init__(self, channel, counts: np.ndarray, start: np.ndarray | None = None):
         self._channel = channel
         self._counts = counts
         self._observed = counts > 0
-        self.p = np.full(channel.n_inputs, 1.0 / channel.n_inputs)
+        uniform = np.full(channel.n_inputs, 1.0 / channel.n_inputs)
+        self.p = uniform if start is None else np.array(start, dtype=float)
         self.predicted = channel.forward(self.p)
         self._relax_after = channel.ibu_relax_after
         self.steps_taken = 0
@@ -153,10 +162,20 @@ class IBUSteps:
         return taken, change
 
 
-def _steps(channel, counts: np.ndarray):
-    """The channel's own IBU steps where it has them, else the generic ones."""
+def _steps(channel, counts: np.ndarray, start: str = "uniform"):
+    """IBU's steps from ``start`` (:data:`STARTS`): from uniform the channel's own steps where
+    it has them, else (and from the report shares) the generic ones."""
+    if start == "reports":
+        return IBUSteps(channel, counts, report_start(counts))
     steps = channel.ibu_steps(counts)
     return IBUSteps(channel, counts) if steps is None else steps
+
+
+def report_start(counts: np.ndarray) -> np.ndarray:
+    """The report shares as a starting distribution over the same values, every share at
+    least :data:`REPORT_START_FLOOR` (IBU's steps cannot raise a share of 0)."""
+    start = np.maximum(counts / counts.sum(), REPORT_START_FLOOR)
+    return start / start.sum()
 
 
 def advance_charged(steps, count: int, tol: float, units_per_step: int) -> tuple[int, float]:
@@ -179,8 +198,8 @@ class _FoldSteps:
     """IBU's steps on several sets of counts at once (one per cross-validation fold), the
     folds side by side on the threads the estimate may use."""
 
-    def __init__(self, channel, train: np.ndarray):
-        self._steps = [_steps(channel, row) for row in train]
+    def __init__(self, channel, train: np.ndarray, start: str = "uniform"):
+        self._steps = [_steps(channel, row, start) for row in train]
         self._alone = not channel.steps_run_in_parallel
 
     def advance(self, count: int) -> float:
@@ -208,10 +227,12 @@ class _BatchFoldSteps:
         return self._steps.predicted
 
 
-def _fold_steps(channel, train: np.ndarray):
-    """Steps on every fold's training counts: batched where the channel can (k-RR)."""
-    batch = channel.ibu_steps(train) if isinstance(channel, KRRChannel) else None
-    return _FoldSteps(channel, train) if batch is None else _BatchFoldSteps(batch)
+def _fold_steps(channel, train: np.ndarray, start: str = "uniform"):
+    """Steps on every fold's training counts from ``start``: batched where the channel can
+    (k-RR from uniform)."""
+    batched = isinstance(channel, KRRChannel) and start == "uniform"
+    batch = channel.ibu_steps(train) if batched else None
+    return _FoldSteps(channel, train, start) if batch is None else _BatchFoldSteps(batch)
 
 
 def held_out_folds(counts: np.ndarray, folds: int, seed: int) -> np.ndarray:
@@ -262,7 +283,10 @@ class IBU:
     the spread of the per-fold differences; ``0`` takes the best itself), and
     IBU is run that long on all reports. ``stopping="tolerance"`` runs until no
     frequency changes by more than ``tol`` (or ``max_iter``), which is the
-    plain maximum-likelihood estimate.
+    plain maximum-likelihood estimate. ``start="reports"`` starts from the
+    report shares instead of uniform shares (for channels whose reports are
+    values of the same domain, e.g. the geometric mechanism), so that early
+    iterations are shrunk towards the reports.
 
     Every step is charged to the current work budget
     (:mod:`aggregator.estimation.budget`): ``n_inputs`` units per step and fold.
@@ -281,18 +305,21 @@ class IBU:
     se_rule : float
         How many standard errors below the best score a smaller (more regularised)
         iteration count may score and still be chosen.
+    start : {"uniform", "reports"}
 
     Attributes
     ----------
     frequencies_, n_iter_, converged_, log_likelihood_,
     log_likelihood_history_ (one value per iteration, on all reports),
     cv_iterations_ and cv_scores_ (the checkpoints and their summed held-out
-    scores, ``stopping="cv"`` only), warnings_ (human-readable strings).
+    scores, ``stopping="cv"`` only), cv_score_ (the chosen count's, or None),
+    warnings_ (human-readable strings).
     """
 
     # Fitted by fit().
     cv_iterations_: np.ndarray | None
     cv_scores_: np.ndarray | None
+    cv_score_: float | None
     warnings_: list[str]
 
     def __init__(
@@ -305,6 +332,7 @@ class IBU:
         record_history: bool = False,
         folds: int = DEFAULT_FOLDS,
         se_rule: float = 0.0,
+        start: str = "uniform",
     ):
         if stopping not in STOPPING:
             raise ValueError(f"stopping must be one of {STOPPING}, got {stopping!r}")
@@ -316,6 +344,8 @@ class IBU:
             raise ValueError(f"folds must be >= 2, got {folds!r}")
         if not (se_rule >= 0 and np.isfinite(se_rule)):
             raise ValueError(f"se_rule must be finite and >= 0, got {se_rule!r}")
+        if start not in STARTS:
+            raise ValueError(f"start must be one of {STARTS}, got {start!r}")
         self.stopping = stopping
         self.tol = tol
         self.max_iter = int(max_iter)
@@ -323,6 +353,7 @@ class IBU:
         self.record_history = record_history
         self.folds = int(folds)
         self.se_rule = float(se_rule)
+        self.start = start
 
     def _run(self, counts, channel, n_iter: int | None):
         """IBU on ``counts`` for ``n_iter`` steps, or until converged if ``None``.
@@ -330,7 +361,7 @@ class IBU:
         Returns the steps (their estimate and its report distribution), the
         steps taken, whether it converged, and the log-likelihood history.
         """
-        steps = _steps(channel, counts)
+        steps = _steps(channel, counts, self.start)
         limit = self.max_iter if n_iter is None else n_iter
         history = []
         if self.record_history:
@@ -349,15 +380,20 @@ class IBU:
         train = counts[None, :] - held_out
         self.cv_iterations_, self.cv_scores_ = np.zeros(0, dtype=int), np.zeros(0)
         if held_out.shape[0] < 2 or np.any(train.sum(axis=1) <= 0):
+            kept = (
+                "one iteration was run (an estimate close to uniform)"
+                if self.start == "uniform"
+                else "the report shares were kept"
+            )
             self.warnings_.append(
                 f"only {int(counts.sum())} reports: too few to choose the number of IBU "
-                "iterations by cross-validation, so one iteration was run (an estimate close "
-                "to uniform)"
+                f"iterations by cross-validation, so {kept}"
             )
-            return 1
-        folds = _fold_steps(channel, train)
-        uniform_scores = held_out_scores(held_out, folds.predicted())
-        iterations, per_fold = [], []
+            return 1 if self.start == "uniform" else 0
+        folds = _fold_steps(channel, train, self.start)
+        start_scores = held_out_scores(held_out, folds.predicted())
+        # From the report shares, keeping them (no iteration) is a candidate too.
+        iterations, per_fold = ([0], [start_scores]) if self.start == "reports" else ([], [])
         done, best = 0, 0
         while done < self.max_iter:
             target = min(_next_checkpoint(done), self.max_iter)
@@ -388,19 +424,24 @@ class IBU:
             ):
                 chosen = index
                 break
-        if totals[chosen] - uniform_scores.sum() <= paired_se(scores[chosen] - uniform_scores):
+        if self.start == "uniform" and totals[chosen] - start_scores.sum() <= paired_se(
+            scores[chosen] - start_scores
+        ):
             self.warnings_.append(
                 "the held-out reports are fitted no better by this estimate than by the uniform "
                 "distribution (within one standard error): differences between rows may be noise"
             )
         self.cv_iterations_, self.cv_scores_ = np.asarray(iterations), totals
+        self.cv_score_ = float(totals[chosen])
         return iterations[chosen]
 
     def fit(self, counts, channel, n_iter: int | None = None) -> IBU:
         """Estimate from ``counts``; ``n_iter`` forces a fixed number of iterations."""
         counts = _as_counts(counts, channel)
+        if self.start == "reports" and channel.n_inputs != channel.n_outputs:
+            raise ValueError("IBU can start from the report shares only where reports are values")
         self.n_ = counts.sum()
-        self.cv_iterations_ = self.cv_scores_ = None
+        self.cv_iterations_ = self.cv_scores_ = self.cv_score_ = None
         self.warnings_ = []
         if n_iter is None and self.stopping == "cv":
             n_iter = self._cross_validate(counts, channel)
@@ -413,9 +454,17 @@ class IBU:
         self.log_likelihood_history_ = np.asarray(history)
         return self
 
+    def replay(self, counts, channel) -> np.ndarray:
+        """The last fit's regularisation (its iteration count) on other counts, e.g. a
+        bootstrap's redrawn ones. A new estimator each call, so that calls may run at once."""
+        again = IBU(stopping="tolerance", seed=self.seed, start=self.start)
+        return again.fit(counts, channel, n_iter=self.n_iter_).frequencies_
+
     def describe(self) -> str:
         """What the last :meth:`fit` ran, in words (for the estimate API's ``estimator``)."""
         steps = f"{self.n_iter_} iteration{'' if self.n_iter_ == 1 else 's'}"
+        if self.start == "reports":
+            steps += " from the report shares"
         if self.cv_iterations_ is not None and self.cv_iterations_.size:
             rule = "" if self.se_rule == 0 else f", {self.se_rule:g}-standard-error rule"
             return f"IBU, stopped at {steps} by {self.folds}-fold cross-validation{rule}"
@@ -423,6 +472,71 @@ class IBU:
             return f"IBU, {steps} (too few reports to cross-validate)"
         state = "converged" if self.converged_ and self.stopping == "tolerance" else "fixed"
         return f"IBU, {steps} ({state})"
+
+
+class TwoStartIBU:
+    """Two cross-validated IBU runs, one from equal shares and one from the report shares,
+    averaged with weights ``exp(score / temperature)`` of their summed held-out
+    log-likelihoods (the same folds for both).
+
+    For channels whose reports are values of the input domain (the geometric mechanism):
+    stopped early, IBU from equal shares is shrunk towards equal shares, which suits a
+    spread-out truth; IBU from the report shares is shrunk towards the reports, which are
+    already close where the truth is piled against an end of the range (the clamped noise
+    moves little of it). Where the held-out reports cannot tell the two apart, as with a few
+    hundred reports, both count about equally.
+
+    Attributes
+    ----------
+    frequencies_, n_iter_ (of the run with the larger weight), converged_, log_likelihood_,
+    warnings_, weight_ (the run from equal shares'), runs_ (the two fitted :class:`IBU`).
+    """
+
+    def __init__(self, *, seed: int = 0, temperature: float = TWO_STARTS_TEMPERATURE):
+        if not (temperature > 0 and np.isfinite(temperature)):
+            raise ValueError(f"temperature must be finite and > 0, got {temperature!r}")
+        self.seed = seed
+        self.temperature = float(temperature)
+
+    def fit(self, counts, channel) -> TwoStartIBU:
+        counts = _as_counts(counts, channel)
+        self.n_ = counts.sum()
+        self.runs_ = [
+            IBU(seed=self.seed, folds=DEFAULT_FOLDS, start=start).fit(counts, channel)
+            for start in STARTS
+        ]
+        uniform_score, reports_score = (run.cv_score_ for run in self.runs_)
+        if uniform_score is None or reports_score is None:  # too few reports to cross-validate
+            self.weight_ = 0.5
+        else:
+            gap = np.clip((reports_score - uniform_score) / self.temperature, -700.0, 700.0)
+            self.weight_ = float(1.0 / (1.0 + np.exp(gap)))
+        uniform_run, reports_run = self.runs_
+        self.frequencies_ = (
+            self.weight_ * uniform_run.frequencies_
+            + (1.0 - self.weight_) * reports_run.frequencies_
+        )
+        self.log_likelihood_ = log_likelihood(counts, channel.forward(self.frequencies_))
+        heavier = self.runs_[0] if self.weight_ >= 0.5 else self.runs_[1]
+        self.n_iter_ = heavier.n_iter_
+        self.converged_ = all(run.converged_ for run in self.runs_)
+        self.warnings_ = list(dict.fromkeys(w for run in self.runs_ for w in run.warnings_))
+        return self
+
+    def replay(self, counts, channel) -> np.ndarray:
+        """Both runs' iteration counts and the weight of the last fit, on other counts."""
+        uniform_run, reports_run = self.runs_
+        p = self.weight_ * uniform_run.replay(counts, channel)
+        return p + (1.0 - self.weight_) * reports_run.replay(counts, channel)
+
+    def describe(self) -> str:
+        uniform_run, reports_run = self.runs_
+        return (
+            f"IBU from equal shares ({uniform_run.n_iter_} iterations) and from the report "
+            f"shares ({reports_run.n_iter_}), each stopped by {DEFAULT_FOLDS}-fold "
+            f"cross-validation, weighted {self.weight_:.2f} and {1.0 - self.weight_:.2f} by "
+            "their held-out likelihoods"
+        )
 
 
 def paired_se(differences: np.ndarray) -> float:
@@ -460,7 +574,9 @@ def has_empirical_bayes(subject) -> bool:
     return isinstance(subject, (KRRChannel, KRR)) and subject.n_inputs > 2
 
 
-def default_estimator(channel, *, seed: int = 0) -> IBU | KRREmpiricalBayes | MatrixInversion:
+def default_estimator(
+    channel, *, seed: int = 0
+) -> IBU | TwoStartIBU | KRREmpiricalBayes | MatrixInversion:
     """The estimator of :func:`default_method` for ``channel``."""
     method = default_method(channel)
     if method == ORACLE_DEFAULT_METHOD:
@@ -477,8 +593,11 @@ def empirical_bayes(channel) -> KRREmpiricalBayes:
     return KRREmpiricalBayes(blend=KRR_BLEND)
 
 
-def cross_validated_ibu(channel, *, seed: int = 0) -> IBU:
+def cross_validated_ibu(channel, *, seed: int = 0) -> IBU | TwoStartIBU:
     """IBU stopped by 10-fold cross-validation, as the default runs it (for k-RR and randomized
-    response, the smallest iteration count within half a standard error of the best)."""
+    response, the smallest iteration count within half a standard error of the best; for the
+    geometric mechanism, :class:`TwoStartIBU`)."""
+    if isinstance(channel, GeometricChannel):
+        return TwoStartIBU(seed=seed)
     se_rule = KRR_SE_RULE if isinstance(channel, KRRChannel) else 0.0
     return IBU(seed=seed, folds=DEFAULT_FOLDS, se_rule=se_rule)

@@ -15,12 +15,19 @@ import pytest
 from aggregator.estimation import IBU, budget, channel_for, estimate
 from aggregator.estimation.estimators import (
     MatrixInversion,
+    TwoStartIBU,
     _steps,
     default_estimator,
     default_method,
 )
 from shared.geo import Grid, Region
-from shared.mechanisms import KRR, HadamardResponse, PlanarLaplace, RandomizedResponse
+from shared.mechanisms import (
+    KRR,
+    Geometric,
+    HadamardResponse,
+    PlanarLaplace,
+    RandomizedResponse,
+)
 from shared.oracles import OLH
 from simulate.metrics import earth_movers_distance, total_variation
 from simulate.populations import Population
@@ -76,6 +83,55 @@ def test_krr_default_beats_the_raw_reports_where_one_split_stopped_at_the_first_
     assert first_step <= 1
     assert np.mean(default) < 0.98 * np.mean(raw)
     assert sum(d > r for d, r in zip(default, raw, strict=True)) <= 2
+
+
+def test_geometric_default_beats_the_raw_reports_for_a_truth_piled_at_an_end():
+    """Zipf(1.1) over 30 integers at 0.5 per unit, 1,000 reports: IBU from equal shares alone,
+    stopped by cross-validation, had 1.15 times the raw reports' mean total variation on these
+    seeds and was worse than them in 10 of 12 (0.90 and 4 of 12 with the two starts)."""
+    mechanism = Geometric(epsilon=0.5, lo=0, hi=29)
+    channel = channel_for(mechanism)
+    truth = Population.zipf(30, 1.1).probabilities
+    default, raw = [], []
+    for seed in range(12):
+        counts, empirical = reports(mechanism, truth, 1000, seed)
+        fitted = default_estimator(channel).fit(counts, channel)
+        assert isinstance(fitted, TwoStartIBU)
+        default.append(total_variation(empirical, fitted.frequencies_))
+        raw.append(total_variation(empirical, counts / counts.sum()))
+    print("default", np.round(default, 4), "raw", np.round(raw, 4))
+    assert np.mean(default) < 0.95 * np.mean(raw)
+    assert sum(d > r for d, r in zip(default, raw, strict=True)) <= 5
+
+
+def test_two_start_ibu_weighs_its_runs_and_replays_them():
+    """The weights come from the held-out scores; a replay on the same counts is the fit."""
+    mechanism = Geometric(epsilon=0.5, lo=0, hi=29)
+    channel = channel_for(mechanism)
+    counts, _ = reports(mechanism, Population.zipf(30, 1.1).probabilities, 1000, 3)
+    fitted = TwoStartIBU().fit(counts, channel)
+    uniform_run, reports_run = fitted.runs_
+    assert (uniform_run.start, reports_run.start) == ("uniform", "reports")
+    gap = (reports_run.cv_score_ - uniform_run.cv_score_) / fitted.temperature
+    assert fitted.weight_ == pytest.approx(1.0 / (1.0 + math.exp(gap)))
+    assert fitted.frequencies_.sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(fitted.replay(counts, channel), fitted.frequencies_, atol=1e-12)
+    assert "report shares" in fitted.describe()
+
+
+def test_ibu_from_the_report_shares_scores_them_as_a_candidate():
+    """The start itself (no iteration) is the cross-validation's first checkpoint, and an
+    estimate of 0 iterations is the report shares."""
+    mechanism = Geometric(epsilon=0.5, lo=0, hi=9)
+    channel = channel_for(mechanism)
+    counts = np.arange(1.0, 11.0) * 20
+    fitted = IBU(start="reports").fit(counts, channel)
+    assert fitted.cv_iterations_[0] == 0
+    kept = IBU(start="reports").fit(counts, channel, n_iter=0)
+    np.testing.assert_allclose(kept.frequencies_, counts / counts.sum())
+    oracle = OLH(epsilon=2.0, domain_size=20)
+    with pytest.raises(ValueError, match="only where reports are values"):
+        IBU(start="reports").fit(np.ones(channel_for(oracle).n_outputs), channel_for(oracle))
 
 
 @pytest.mark.parametrize(
