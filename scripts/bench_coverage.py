@@ -19,6 +19,8 @@ Configurations (default run, a few minutes on 2 cores):
 * the exponential mechanism over the same city's 64 x 64 cells of 150 m
   (``exponential_grid``, Manhattan and Euclidean distance), epsilon ln 2 and
   ln 4 per 100 m, n = 10^3 .. 10^5;
+* the geometric mechanism over 30 integers, Zipf(1.1) (piled at the lowest value) and
+  bell-shaped truths, epsilon 0.5 and 1 per unit, n = 10^3 .. 10^5;
 * with ``../shared/data/gowalla_sf_downtown.csv`` (or ``--data``): the
   check-ins' cell shares on their 20 x 20 grid of 150 m cells, planar Laplace
   at ln 2 and ln 4 per 100 m and k-RR over the 400 cells at ln 8.
@@ -62,7 +64,13 @@ import aggregator.estimation.compute as estimation_compute  # noqa: E402
 from aggregator.estimation import channel_for, estimate  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
 from shared.geo import EARTH_RADIUS_M, Grid, Region  # noqa: E402
-from shared.mechanisms import KRR, ExponentialGrid, Mechanism, PlanarLaplace  # noqa: E402
+from shared.mechanisms import (  # noqa: E402
+    KRR,
+    ExponentialGrid,
+    Geometric,
+    Mechanism,
+    PlanarLaplace,
+)
 from simulate.populations import Population  # noqa: E402
 
 SECTION = "coverage"
@@ -167,6 +175,21 @@ def exponential_grid_configs(quick: bool) -> Iterator[Config]:
             for n in (1_000, 10_000, 100_000):
                 family = f"exponential grid, {metric}, 64 x 64, clustered city"
                 yield Config(family, f"150 m cells, ln {level} / 100 m", mechanism, truth, n)
+
+
+def geometric_configs(quick: bool) -> Iterator[Config]:
+    if quick:
+        return
+    values = np.arange(30)
+    bell = np.exp(-0.5 * ((values - 15) / 3.75) ** 2)
+    truths = {"Zipf(1.1)": Population.zipf(30, ZIPF_S).probabilities, "bell": bell / bell.sum()}
+    for name, truth in truths.items():
+        for eps in (0.5, 1.0):
+            mechanism = Geometric(epsilon=eps, lo=0, hi=29)
+            for n in (1_000, 10_000, 100_000):
+                yield Config(
+                    f"geometric, 30 values, {name}", f"eps {eps:g} / unit", mechanism, truth, n
+                )
 
 
 def data_configs(path: Path, quick: bool) -> Iterator[Config]:
@@ -317,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.data} not found: the SF check-in rows are skipped", file=sys.stderr)
     # After the check-ins, so that their rows keep their seeds.
     configs += [(c, PLANAR_TRIALS) for c in exponential_grid_configs(args.quick)]
+    configs += [(c, KRR_TRIALS) for c in geometric_configs(args.quick)]
     if args.quick:
         configs = [(config, 3) for config, _ in configs]
     configs = [(config, trials) for config, trials in configs if args.only in config.family]
@@ -339,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick or args.only or args.replicates is not None:
         return 0
     trials_text = (
-        f"{KRR_TRIALS} trials per k-RR configuration, {PLANAR_TRIALS} per planar or "
+        f"{KRR_TRIALS} trials per k-RR or geometric configuration, {PLANAR_TRIALS} per planar or "
         "exponential-grid one; "
         f"nominal {CONFIDENCE:.0%} intervals of the default estimate; "
         "(!) marks coverage outside 90-99.5%."

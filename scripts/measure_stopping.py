@@ -7,12 +7,18 @@
 * ``geometric``: the geometric mechanism over 30 integers (Zipf(1.1) truth): IBU's mean total
   variation against the raw reports' with the standard-error rule at 0, 0.5 and 1
   (seeds 100-199), and at fixed iteration counts (seeds 100-159).
+* ``starts SEEDS``: the geometric mechanism's default (two IBU runs, from equal shares and from
+  the report shares, :class:`estimators.TwoStartIBU`) against each run alone, over several
+  ranges, privacy levels, numbers of reports and truths: mean total variation against the raw
+  reports', the worst seed's ratio and how many seeds were worse than the raw reports
+  (a Markdown table).
 * ``tails N``: the end-to-end tests' populations in ``N`` in-process surveys: the geometric
-  campaign's IBU (TV, and the estimate's weight on the ten lowest values) and the OLH
+  campaign's default estimate (TV, and the estimate's weight on the ten lowest values) and the OLH
   campaign's projection (TV, largest error).
 
     python scripts/measure_stopping.py planar 100-107
     python scripts/measure_stopping.py geometric
+    python scripts/measure_stopping.py starts 200-259
     python scripts/measure_stopping.py tails 2000
 """
 
@@ -35,6 +41,7 @@ from aggregator.estimation.estimators import (  # noqa: E402
     _fold_steps,
     _next_checkpoint,
     _steps,
+    default_estimator,
     held_out_folds,
     held_out_scores,
     paired_se,
@@ -147,6 +154,59 @@ def geometric() -> None:
         )
 
 
+def geometric_truths(k: int) -> dict[str, np.ndarray]:
+    """Truths over ``k`` ordered values: piled at either end, spread out, two bumps, a spike."""
+    x = np.arange(k)
+    zipf = Population.zipf(k, 1.1).probabilities
+    bell = np.exp(-0.5 * ((x - k / 2) / (k / 8)) ** 2)
+    bumps = np.exp(-0.5 * ((x - k / 4) / (k / 15)) ** 2)
+    bumps += 0.6 * np.exp(-0.5 * ((x - 3 * k / 4) / (k / 15)) ** 2)
+    spike = np.full(k, 0.3 / k)
+    spike[k // 3] += 0.7
+    shapes = {"Zipf, low end": zipf, "Zipf, high end": zipf[::-1], "bell": bell}
+    shapes |= {"uniform": np.ones(k), "two bumps": bumps, "one spike": spike}
+    return {name: shape / shape.sum() for name, shape in shapes.items()}
+
+
+def starts(seeds: range) -> None:
+    print(
+        "| values, epsilon per unit, reports | truth | raw reports' mean TV | two starts "
+        "(default) | from equal shares alone | from the report shares alone | default: worst "
+        "seed, seeds worse than raw |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for k, epsilon, n in (
+        (30, 0.5, 200),
+        (30, 0.5, 1000),
+        (30, 1.0, 200),
+        (100, 0.5, 1000),
+        (30, 0.5, 5000),
+        (10, 1.0, 500),
+    ):
+        mechanism = Geometric(epsilon=epsilon, lo=0, hi=k - 1)
+        channel = channel_for(mechanism)
+        for name, truth_p in geometric_truths(k).items():
+            raw, errors = [], np.zeros((len(seeds), 3))
+            for row, seed in enumerate(seeds):
+                generator = np.random.default_rng(seed)
+                users = generator.choice(k, size=n, p=truth_p)
+                truth = np.bincount(users, minlength=k) / n
+                counts = np.bincount(sample(mechanism, users, generator), minlength=k)
+                fit = default_estimator(channel).fit(counts.astype(float), channel)
+                fits = (fit.frequencies_, *(run.frequencies_ for run in fit.runs_))
+                errors[row] = [total_variation(truth, p) for p in fits]
+                raw.append(total_variation(truth, counts / n))
+            raw_a = np.asarray(raw)
+            ratios = errors.mean(axis=0) / raw_a.mean()
+            print(
+                f"| {k}, {epsilon:g}, {n:,} | {name} | {raw_a.mean():.3f} | "
+                + " | ".join(f"{r:.3f}" for r in ratios)
+                + f" | {np.max(errors[:, 0] / raw_a):.2f}, "
+                f"{int(np.sum(errors[:, 0] > raw_a))} of {len(seeds)} |",
+                flush=True,
+            )
+
+
 def tails(surveys: int) -> None:
     mechanism = Geometric(epsilon=0.5, lo=18, hi=47)
     channel = channel_for(mechanism)
@@ -157,7 +217,7 @@ def tails(surveys: int) -> None:
         users = generator.choice(30, size=200, p=truth_p)
         truth = np.bincount(users, minlength=30) / 200
         counts = np.bincount(sample(mechanism, users, generator), minlength=30).astype(float)
-        fit = IBU().fit(counts, channel).frequencies_
+        fit = default_estimator(channel).fit(counts, channel).frequencies_
         tv.append(total_variation(truth, fit))
         lowest.append(fit[:10].sum())
     tv_a, low_a = np.asarray(tv), np.asarray(lowest)
@@ -192,6 +252,9 @@ def main(argv: list[str]) -> int:
         planar(range(int(first), int(last or first) + 1))
     elif argv[:1] == ["geometric"]:
         geometric()
+    elif len(argv) >= 2 and argv[0] == "starts":
+        first, _, last = argv[1].partition("-")
+        starts(range(int(first), int(last or first) + 1))
     elif len(argv) >= 2 and argv[0] == "tails":
         tails(int(argv[1]))
     else:
