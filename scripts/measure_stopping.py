@@ -12,6 +12,10 @@
   ranges, privacy levels, numbers of reports and truths: mean total variation against the raw
   reports', the worst seed's ratio and how many seeds were worse than the raw reports
   (a Markdown table).
+* ``corner``: the exponential mechanism on a 16 x 16 grid of 100 m cells (Manhattan, ln 2 per
+  100 m), whose noise is clamped at the grid's edges as the geometric mechanism's is at its
+  range's ends: its default (IBU from equal shares) against the raw reports for a truth piled
+  in a corner and one in the centre (mean TV and EMD ratios, seeds 200-211).
 * ``tails N``: the end-to-end tests' populations in ``N`` in-process surveys: the geometric
   campaign's default estimate (TV, and the estimate's weight on the ten lowest values) and the OLH
   campaign's projection (TV, largest error).
@@ -19,11 +23,13 @@
     python scripts/measure_stopping.py planar 100-107
     python scripts/measure_stopping.py geometric
     python scripts/measure_stopping.py starts 200-259
+    python scripts/measure_stopping.py corner
     python scripts/measure_stopping.py tails 2000
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -47,9 +53,10 @@ from aggregator.estimation.estimators import (  # noqa: E402
     paired_se,
 )
 from scripts.bench_estimators import cases, ibu_errors  # noqa: E402
-from shared.mechanisms import Geometric, PlanarLaplace  # noqa: E402
+from shared.geo import Grid, Region  # noqa: E402
+from shared.mechanisms import ExponentialGrid, Geometric, PlanarLaplace  # noqa: E402
 from shared.oracles import OLH  # noqa: E402
-from simulate.metrics import total_variation  # noqa: E402
+from simulate.metrics import earth_movers_distance, total_variation  # noqa: E402
 from simulate.populations import Population  # noqa: E402
 from simulate.sampling import sample  # noqa: E402
 
@@ -207,6 +214,43 @@ def starts(seeds: range) -> None:
             )
 
 
+def corner() -> None:
+    rows = 16
+    side_deg = rows * 100.0 / 111_195.0
+    region = Region(37.77, 37.77 + side_deg - 1e-7, -122.42, -122.42 + side_deg * 1.264 - 1e-7)
+    grid = Grid(region, 100.0)
+    row, col = np.divmod(np.arange(grid.n_cells), grid.cols)
+    mechanism = ExponentialGrid(epsilon=math.log(2) / 100, grid=grid, metric="manhattan")
+    channel = channel_for(mechanism)
+    piled = 1.0 / (1 + row + col) ** 2.2
+    centred = np.exp(-((row - rows / 2) ** 2 + (col - grid.cols / 2) ** 2) / 8)
+    for name, shape in (("corner", piled), ("centre", centred)):
+        truth_p = shape / shape.sum()
+        for n in (300, 2000):
+            errors = np.zeros((12, 4))
+            for index, seed in enumerate(range(200, 212)):
+                generator = np.random.default_rng(seed)
+                users = generator.choice(grid.n_cells, size=n, p=truth_p)
+                truth = np.bincount(users, minlength=grid.n_cells) / n
+                counts = np.bincount(sample(mechanism, users, generator), minlength=grid.n_cells)
+                fit = default_estimator(channel).fit(counts.astype(float), channel).frequencies_
+                raw = counts / n
+                errors[index] = [
+                    total_variation(truth, fit),
+                    total_variation(truth, raw),
+                    earth_movers_distance(truth, fit, grid),
+                    earth_movers_distance(truth, raw, grid),
+                ]
+            tv_worse = int(np.sum(errors[:, 0] > errors[:, 1]))
+            emd_worse = int(np.sum(errors[:, 2] > errors[:, 3]))
+            mean = errors.mean(axis=0)
+            print(
+                f"{name}, {n} reports: TV default / raw {mean[0] / mean[1]:.3f} "
+                f"({tv_worse} of 12 seeds worse), EMD {mean[2] / mean[3]:.3f} ({emd_worse} worse)",
+                flush=True,
+            )
+
+
 def tails(surveys: int) -> None:
     mechanism = Geometric(epsilon=0.5, lo=18, hi=47)
     channel = channel_for(mechanism)
@@ -255,6 +299,8 @@ def main(argv: list[str]) -> int:
     elif len(argv) >= 2 and argv[0] == "starts":
         first, _, last = argv[1].partition("-")
         starts(range(int(first), int(last or first) + 1))
+    elif argv[:1] == ["corner"]:
+        corner()
     elif len(argv) >= 2 and argv[0] == "tails":
         tails(int(argv[1]))
     else:
