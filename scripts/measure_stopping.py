@@ -52,8 +52,8 @@ from aggregator.estimation.estimators import (  # noqa: E402
     held_out_scores,
     paired_se,
 )
+from scripts.bench_coverage import square_grid  # noqa: E402
 from scripts.bench_estimators import cases, ibu_errors  # noqa: E402
-from shared.geo import Grid, Region  # noqa: E402
 from shared.mechanisms import ExponentialGrid, Geometric, PlanarLaplace  # noqa: E402
 from shared.oracles import OLH  # noqa: E402
 from simulate.metrics import earth_movers_distance, total_variation  # noqa: E402
@@ -216,9 +216,7 @@ def starts(seeds: range) -> None:
 
 def corner() -> None:
     rows = 16
-    side_deg = rows * 100.0 / 111_195.0
-    region = Region(37.77, 37.77 + side_deg - 1e-7, -122.42, -122.42 + side_deg * 1.264 - 1e-7)
-    grid = Grid(region, 100.0)
+    grid = square_grid(rows, 100.0)
     row, col = np.divmod(np.arange(grid.n_cells), grid.cols)
     mechanism = ExponentialGrid(epsilon=math.log(2) / 100, grid=grid, metric="manhattan")
     channel = channel_for(mechanism)

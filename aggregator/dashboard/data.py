@@ -11,6 +11,7 @@ both taken from the same snapshot of the counts.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections import OrderedDict
@@ -161,19 +162,22 @@ _raw_layers: OrderedDict[tuple[str, str], list[list[float]]] = OrderedDict()
 def raw_layer(store: CampaignStore, campaign: Campaign) -> list[list[float]]:
     """The campaign's report shares per cell as rows x cols (row 0 is the south)."""
     key = (campaign.spec.id, campaign.reports_seen)
-    if key in _raw_layers:
-        _raw_layers.move_to_end(key)
-        return _raw_layers[key]
+    kept = _raw_layers.get(key)
+    if kept is not None:
+        with contextlib.suppress(KeyError):  # another thread may have just dropped it
+            _raw_layers.move_to_end(key)
+        return kept
     counts = store.counts(campaign.spec.id)
     cols = campaign.spec.grid.cols
     n = sum(counts.values())
     raw = [[0.0] * cols for _ in range(campaign.spec.grid.rows)]
-    for output, count in counts.items():
+    for output, count in counts.items() if n else ():
         row, col = divmod(output, cols)
         raw[row][col] = count / n
     _raw_layers[key] = raw
     while len(_raw_layers) > RAW_LAYERS_KEPT:
-        _raw_layers.popitem(last=False)
+        with contextlib.suppress(KeyError):
+            _raw_layers.popitem(last=False)
     return raw
 
 

@@ -115,8 +115,7 @@ def estimate(
             return empirical_bayes(channel).fit(redrawn, channel).frequencies_
 
     elif method == "ibu":
-        ibu = cross_validated_ibu(channel, seed=seed).fit(counts, channel)
-        fitted = ibu
+        fitted = ibu = cross_validated_ibu(channel, seed=seed).fit(counts, channel)
         estimator = ibu.describe()
         warnings = tuple(ibu.warnings_)
 

@@ -17,6 +17,7 @@ reports of output ``y``; ``channel`` is a :class:`channels.Channel`.
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import expit
 
 from aggregator.estimation import budget, parallel, planar_steps
 from aggregator.estimation.channels import KRRChannel
@@ -505,29 +506,25 @@ class TwoStartIBU:
             IBU(seed=self.seed, folds=DEFAULT_FOLDS, start=start).fit(counts, channel)
             for start in STARTS
         ]
-        uniform_score, reports_score = (run.cv_score_ for run in self.runs_)
-        if uniform_score is None or reports_score is None:  # too few reports to cross-validate
-            self.weight_ = 0.5
-        else:
-            gap = np.clip((reports_score - uniform_score) / self.temperature, -700.0, 700.0)
-            self.weight_ = float(1.0 / (1.0 + np.exp(gap)))
         uniform_run, reports_run = self.runs_
-        self.frequencies_ = (
-            self.weight_ * uniform_run.frequencies_
-            + (1.0 - self.weight_) * reports_run.frequencies_
-        )
+        if uniform_run.cv_score_ is None or reports_run.cv_score_ is None:
+            self.weight_ = 0.5  # too few reports to cross-validate
+        else:
+            gap = uniform_run.cv_score_ - reports_run.cv_score_
+            self.weight_ = float(expit(gap / self.temperature))
+        self.frequencies_ = self._mix(uniform_run.frequencies_, reports_run.frequencies_)
         self.log_likelihood_ = log_likelihood(counts, channel.forward(self.frequencies_))
-        heavier = self.runs_[0] if self.weight_ >= 0.5 else self.runs_[1]
-        self.n_iter_ = heavier.n_iter_
-        self.converged_ = all(run.converged_ for run in self.runs_)
+        self.n_iter_ = (uniform_run if self.weight_ >= 0.5 else reports_run).n_iter_
+        self.converged_ = uniform_run.converged_ and reports_run.converged_
         self.warnings_ = list(dict.fromkeys(w for run in self.runs_ for w in run.warnings_))
         return self
 
+    def _mix(self, from_uniform: np.ndarray, from_reports: np.ndarray) -> np.ndarray:
+        return self.weight_ * from_uniform + (1.0 - self.weight_) * from_reports
+
     def replay(self, counts, channel) -> np.ndarray:
         """Both runs' iteration counts and the weight of the last fit, on other counts."""
-        uniform_run, reports_run = self.runs_
-        p = self.weight_ * uniform_run.replay(counts, channel)
-        return p + (1.0 - self.weight_) * reports_run.replay(counts, channel)
+        return self._mix(*(run.replay(counts, channel) for run in self.runs_))
 
     def describe(self) -> str:
         uniform_run, reports_run = self.runs_
