@@ -10,10 +10,11 @@ All metrics compare two vectors over the same inputs (labels or grid cells):
 * ``emd_m``: for locations, the earth mover's distance (1-Wasserstein) in
   metres between the two distributions on the grid, with the Euclidean
   distance between cell centres as the ground cost. It is solved exactly by
-  POT's network simplex (``ot.emd2``) on the cells that hold mass. It is
-  ``None`` when the estimate has negative entries (it is then no
-  distribution), or when the transport problem would exceed
-  :data:`EMD_MAX_PAIRS` cost entries (an exact solution is then too costly
+  POT's network simplex (``ot.emd2``), moving only the cells' surplus
+  (where one distribution exceeds the other) onto their deficit, which costs
+  the same for a metric. It is ``None`` when the estimate has negative
+  entries (it is then no distribution), or when the transport problem would
+  exceed :data:`EMD_MAX_PAIRS` cost entries (an exact solution is then too costly
   in memory; a coarser grid, or a subset of the region, keeps it exact).
 """
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from shared.geo import Grid
 
-# The largest |support(truth)| x |support(estimate)| cost matrix solved (200 MB of float64).
+# The largest (cells in surplus) x (cells in deficit) cost matrix solved (200 MB of float64).
 EMD_MAX_PAIRS = 25_000_000
 # Entries within this of zero count as zero (floating-point residue of the estimators).
 _ZERO = 1e-15
@@ -91,18 +92,26 @@ def earth_movers_distance(
 
     if not (_is_distribution(truth) and _is_distribution(estimate)):
         return None
-    a_cells = np.flatnonzero(truth > _ZERO)
-    b_cells = np.flatnonzero(estimate > _ZERO)
-    if a_cells.size * b_cells.size > max_pairs:
+    # Mass both hold stays where it is: with a metric cost, moving only the cells where one
+    # exceeds the other onto the cells where the other exceeds it costs the same, on a smaller
+    # transport problem.
+    difference = truth - estimate
+    sources = np.flatnonzero(difference > _ZERO)
+    sinks = np.flatnonzero(difference < -_ZERO)
+    if sources.size == 0 or sinks.size == 0:
+        return 0.0
+    if sources.size * sinks.size > max_pairs:
         return None
+    surplus, deficit = difference[sources], -difference[sinks]
+    moved = min(surplus.sum(), deficit.sum())
     centres = cell_centres_m(grid)
-    a = truth[a_cells] / truth[a_cells].sum()
-    b = estimate[b_cells] / estimate[b_cells].sum()
-    cost = ot.dist(centres[a_cells], centres[b_cells], metric="euclidean")
-    value, log = ot.emd2(a, b, cost, numItermax=EMD_MAX_ITER, log=True)
+    cost = ot.dist(centres[sources], centres[sinks], metric="euclidean")
+    value, log = ot.emd2(
+        surplus / surplus.sum(), deficit / deficit.sum(), cost, numItermax=EMD_MAX_ITER, log=True
+    )
     if log.get("warning"):
         raise ArithmeticError(f"the exact transport did not finish: {log['warning']}")
-    return float(value)
+    return float(value) * moved
 
 
 def score(truth: np.ndarray, estimate: np.ndarray, grid: Grid | None = None) -> Scores:

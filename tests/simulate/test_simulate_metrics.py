@@ -86,6 +86,11 @@ def test_emd_is_undefined_for_non_distributions_and_too_large_problems():
     signed = p.copy()
     signed[0], signed[1] = -0.01, signed[1] + signed[0] + 0.01
     assert earth_movers_distance(p, signed, GRID) is None
-    assert earth_movers_distance(p, p, GRID, max_pairs=GRID.n_cells**2 - 1) is None
+    # Only the cells where one exceeds the other enter the transport problem.
+    alternating = p + np.where(np.arange(GRID.n_cells) % 2 == 0, 0.5, -0.5) / GRID.n_cells
+    pairs = (GRID.n_cells // 2) * (GRID.n_cells - GRID.n_cells // 2)
+    assert earth_movers_distance(p, alternating, GRID, max_pairs=pairs - 1) is None
+    assert earth_movers_distance(p, alternating, GRID, max_pairs=pairs) > 0
+    assert earth_movers_distance(p, p, GRID, max_pairs=0) == 0.0
     assert score(p, signed, GRID).emd_m is None
     assert score(p, p, GRID).emd_m == pytest.approx(0.0, abs=1e-9)
