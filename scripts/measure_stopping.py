@@ -12,6 +12,11 @@
   ranges, privacy levels, numbers of reports and truths: mean total variation against the raw
   reports', the worst seed's ratio and how many seeds were worse than the raw reports
   (a Markdown table).
+* ``weights SEEDS``: on the rows of ``starts``, two ways of leaning the default towards the
+  report shares, measured and not adopted: a handicap of ``c`` nats for the run from equal
+  shares (weight ``expit((gap - c) / 3)``), and the run from the report shares stopped at the
+  smallest count within 1 standard error of the best (mean total variation against the raw
+  reports'; the last lines give each column's worst row and how many rows are above 1).
 * ``corner``: the exponential mechanism on a 16 x 16 grid of 100 m cells (Manhattan, ln 2 per
   100 m), whose noise is clamped at the grid's edges as the geometric mechanism's is at its
   range's ends: its default (IBU from equal shares) against the raw reports for a truth piled
@@ -23,6 +28,7 @@
     python scripts/measure_stopping.py planar 100-107
     python scripts/measure_stopping.py geometric
     python scripts/measure_stopping.py starts 200-259
+    python scripts/measure_stopping.py weights 100-159
     python scripts/measure_stopping.py corner
     python scripts/measure_stopping.py tails 2000
 """
@@ -34,6 +40,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from scipy.special import expit
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -44,6 +51,7 @@ from aggregator.estimation.estimators import (  # noqa: E402
     IBU,
     PATIENCE_FRACTION,
     PATIENCE_MIN,
+    TWO_STARTS_TEMPERATURE,
     _fold_steps,
     _next_checkpoint,
     _steps,
@@ -175,6 +183,19 @@ def geometric_truths(k: int) -> dict[str, np.ndarray]:
     return {name: shape / shape.sum() for name, shape in shapes.items()}
 
 
+# (values, epsilon per unit, reports) of the ``starts`` and ``weights`` tables.
+STARTS_ROWS = (
+    (30, 0.5, 200),
+    (30, 0.5, 1000),
+    (30, 1.0, 200),
+    (100, 0.5, 1000),
+    (30, 0.5, 5000),
+    (10, 1.0, 500),
+)
+# Handicaps (nats) of the run from equal shares measured by ``weights``.
+HANDICAPS = (1.0, 2.0, 4.0)
+
+
 def starts(seeds: range) -> None:
     print(
         "| values, epsilon per unit, reports | truth | raw reports' mean TV | two starts "
@@ -182,14 +203,7 @@ def starts(seeds: range) -> None:
         "seed, seeds worse than raw |"
     )
     print("|---|---|---|---|---|---|---|")
-    for k, epsilon, n in (
-        (30, 0.5, 200),
-        (30, 0.5, 1000),
-        (30, 1.0, 200),
-        (100, 0.5, 1000),
-        (30, 0.5, 5000),
-        (10, 1.0, 500),
-    ):
+    for k, epsilon, n in STARTS_ROWS:
         mechanism = Geometric(epsilon=epsilon, lo=0, hi=k - 1)
         channel = channel_for(mechanism)
         for name, truth_p in geometric_truths(k).items():
@@ -212,6 +226,51 @@ def starts(seeds: range) -> None:
                 f"{int(np.sum(errors[:, 0] > raw_a))} of {len(seeds)} |",
                 flush=True,
             )
+
+
+def weights(seeds: range) -> None:
+    columns = ["default", *(f"handicap {c:g}" for c in HANDICAPS), "reports run, 1 SE"]
+    print("| values, epsilon per unit, reports | truth | " + " | ".join(columns) + " |")
+    print("|---|---|" + "---|" * len(columns))
+    worst, above = np.zeros(len(columns)), np.zeros(len(columns), dtype=int)
+    for k, epsilon, n in STARTS_ROWS:
+        mechanism = Geometric(epsilon=epsilon, lo=0, hi=k - 1)
+        channel = channel_for(mechanism)
+        for name, truth_p in geometric_truths(k).items():
+            raw, errors = [], np.zeros((len(seeds), len(columns)))
+            for row, seed in enumerate(seeds):
+                generator = np.random.default_rng(seed)
+                users = generator.choice(k, size=n, p=truth_p)
+                truth = np.bincount(users, minlength=k) / n
+                counts = np.bincount(sample(mechanism, users, generator), minlength=k).astype(float)
+                uniform_run, reports_run = (
+                    IBU(start=start).fit(counts, channel) for start in ("uniform", "reports")
+                )
+                cautious = IBU(start="reports", se_rule=1.0).fit(counts, channel)
+                if uniform_run.cv_score_ is None or reports_run.cv_score_ is None:
+                    gap = 0.0
+                else:
+                    gap = uniform_run.cv_score_ - reports_run.cv_score_
+                fits = []
+                candidates = [(0.0, reports_run), *((c, reports_run) for c in HANDICAPS)]
+                for handicap, from_reports in [*candidates, (0.0, cautious)]:
+                    weight = float(expit((gap - handicap) / TWO_STARTS_TEMPERATURE))
+                    fits.append(
+                        weight * uniform_run.frequencies_
+                        + (1.0 - weight) * from_reports.frequencies_
+                    )
+                errors[row] = [total_variation(truth, p) for p in fits]
+                raw.append(total_variation(truth, counts / n))
+            ratios = errors.mean(axis=0) / np.mean(raw)
+            worst, above = np.maximum(worst, ratios), above + (ratios > 1)
+            print(
+                f"| {k}, {epsilon:g}, {n:,} | {name} | "
+                + " | ".join(f"{r:.3f}" for r in ratios)
+                + " |",
+                flush=True,
+            )
+    print("| worst row | | " + " | ".join(f"{w:.3f}" for w in worst) + " |")
+    print("| rows above 1 | | " + " | ".join(str(a) for a in above) + " |")
 
 
 def corner() -> None:
@@ -297,6 +356,9 @@ def main(argv: list[str]) -> int:
     elif len(argv) >= 2 and argv[0] == "starts":
         first, _, last = argv[1].partition("-")
         starts(range(int(first), int(last or first) + 1))
+    elif len(argv) >= 2 and argv[0] == "weights":
+        first, _, last = argv[1].partition("-")
+        weights(range(int(first), int(last or first) + 1))
     elif argv[:1] == ["corner"]:
         corner()
     elif len(argv) >= 2 and argv[0] == "tails":
