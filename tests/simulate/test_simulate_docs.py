@@ -54,7 +54,11 @@ def test_a_shown_command_parses(command, tmp_path, monkeypatch):
     (tmp_path / "check_ins.csv").write_text("user_id,lat,lon,unix_time\n")
     args = ["check_ins.csv" if arg == DATA_FILE else arg for arg in shlex.split(command)[1:]]
     subcommand = main.commands[args[0]]
+    # Under the group's context, as the command line runs it: click keeps each command's help
+    # option from its first context, and a context without the group's settings would leave
+    # the subcommands without -h for the tests that follow.
+    parent = click.Context(main, info_name="ldp-simulate", **main.context_settings)
     try:
-        subcommand.make_context(f"ldp-simulate {args[0]}", args[1:])
+        subcommand.make_context(args[0], args[1:], parent=parent)
     except click.UsageError as exc:
         pytest.fail(f"{command}: {exc.format_message()}")
