@@ -171,9 +171,10 @@ def raw_layer(store: CampaignStore, campaign: Campaign) -> list[list[float]]:
     cols = campaign.spec.grid.cols
     n = sum(counts.values())
     raw = [[0.0] * cols for _ in range(campaign.spec.grid.rows)]
-    for output, count in counts.items() if n else ():
-        row, col = divmod(output, cols)
-        raw[row][col] = count / n
+    if n:
+        for output, count in counts.items():
+            row, col = divmod(output, cols)
+            raw[row][col] = count / n
     _raw_layers[key] = raw
     while len(_raw_layers) > RAW_LAYERS_KEPT:
         with contextlib.suppress(KeyError):

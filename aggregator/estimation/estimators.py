@@ -501,7 +501,6 @@ class TwoStartIBU:
 
     def fit(self, counts, channel) -> TwoStartIBU:
         counts = _as_counts(counts, channel)
-        self.n_ = counts.sum()
         self.runs_ = [
             IBU(seed=self.seed, folds=DEFAULT_FOLDS, start=start).fit(counts, channel)
             for start in STARTS
