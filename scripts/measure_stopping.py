@@ -22,8 +22,9 @@
   range's ends: its default (IBU from equal shares) against the raw reports for a truth piled
   in a corner and one in the centre (mean TV and EMD ratios, seeds 200-211).
 * ``tails N``: the end-to-end tests' populations in ``N`` in-process surveys: the geometric
-  campaign's default estimate (TV, and the estimate's weight on the ten lowest values) and the OLH
-  campaign's projection (TV, largest error).
+  campaign's default estimate (TV, and the estimate's weight on the ten lowest values), the OLH
+  campaign's projection (TV, largest error), and the k-RR commute campaign's TV per method in
+  standard deviations from the mean of 40 surveys.
 
     python scripts/measure_stopping.py planar 100-107
     python scripts/measure_stopping.py geometric
@@ -40,7 +41,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scipy.special import expit
+from scipy.special import expit, logit
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -64,8 +65,10 @@ from scripts.bench_coverage import square_grid  # noqa: E402
 from scripts.bench_estimators import cases, ibu_errors  # noqa: E402
 from shared.mechanisms import ExponentialGrid, Geometric, PlanarLaplace  # noqa: E402
 from shared.oracles import OLH  # noqa: E402
+from shared.spec import CampaignSpec  # noqa: E402
 from simulate.metrics import earth_movers_distance, total_variation  # noqa: E402
 from simulate.populations import Population  # noqa: E402
+from simulate.runner import simulate  # noqa: E402
 from simulate.sampling import sample  # noqa: E402
 
 
@@ -196,6 +199,18 @@ STARTS_ROWS = (
 HANDICAPS = (1.0, 2.0, 4.0)
 
 
+def geometric_survey(
+    mechanism: Geometric, truth_p: np.ndarray, n: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` users drawn from ``truth_p`` with ``seed``: their own shares and their report
+    counts through ``mechanism``."""
+    k = truth_p.size
+    generator = np.random.default_rng(seed)
+    users = generator.choice(k, size=n, p=truth_p)
+    counts = np.bincount(sample(mechanism, users, generator), minlength=k)
+    return np.bincount(users, minlength=k) / n, counts.astype(float)
+
+
 def starts(seeds: range) -> None:
     print(
         "| values, epsilon per unit, reports | truth | raw reports' mean TV | two starts "
@@ -209,11 +224,8 @@ def starts(seeds: range) -> None:
         for name, truth_p in geometric_truths(k).items():
             raw, errors = [], np.zeros((len(seeds), 3))
             for row, seed in enumerate(seeds):
-                generator = np.random.default_rng(seed)
-                users = generator.choice(k, size=n, p=truth_p)
-                truth = np.bincount(users, minlength=k) / n
-                counts = np.bincount(sample(mechanism, users, generator), minlength=k)
-                fit = default_estimator(channel).fit(counts.astype(float), channel)
+                truth, counts = geometric_survey(mechanism, truth_p, n, seed)
+                fit = default_estimator(channel).fit(counts, channel)
                 fits = (fit.frequencies_, *(run.frequencies_ for run in fit.runs_))
                 errors[row] = [total_variation(truth, p) for p in fits]
                 raw.append(total_variation(truth, counts / n))
@@ -239,26 +251,23 @@ def weights(seeds: range) -> None:
         for name, truth_p in geometric_truths(k).items():
             raw, errors = [], np.zeros((len(seeds), len(columns)))
             for row, seed in enumerate(seeds):
-                generator = np.random.default_rng(seed)
-                users = generator.choice(k, size=n, p=truth_p)
-                truth = np.bincount(users, minlength=k) / n
-                counts = np.bincount(sample(mechanism, users, generator), minlength=k).astype(float)
-                uniform_run, reports_run = (
-                    IBU(start=start).fit(counts, channel) for start in ("uniform", "reports")
-                )
+                truth, counts = geometric_survey(mechanism, truth_p, n, seed)
+                default = default_estimator(channel).fit(counts, channel)
+                uniform_run, reports_run = default.runs_
                 cautious = IBU(start="reports", se_rule=1.0).fit(counts, channel)
-                if uniform_run.cv_score_ is None or reports_run.cv_score_ is None:
-                    gap = 0.0
-                else:
-                    gap = uniform_run.cv_score_ - reports_run.cv_score_
-                fits = []
-                candidates = [(0.0, reports_run), *((c, reports_run) for c in HANDICAPS)]
-                for handicap, from_reports in [*candidates, (0.0, cautious)]:
-                    weight = float(expit((gap - handicap) / TWO_STARTS_TEMPERATURE))
-                    fits.append(
-                        weight * uniform_run.frequencies_
-                        + (1.0 - weight) * from_reports.frequencies_
-                    )
+                # The default's weight, then the handicapped ones (a handicap of c nats on the
+                # score gap divides the odds by exp(c / T)).
+                odds = logit(default.weight_)
+                weights = [expit(odds - c / TWO_STARTS_TEMPERATURE) for c in HANDICAPS]
+                fits = [default.frequencies_]
+                fits += [
+                    w * uniform_run.frequencies_ + (1 - w) * reports_run.frequencies_
+                    for w in weights
+                ]
+                weight = default.weight_
+                fits.append(
+                    weight * uniform_run.frequencies_ + (1 - weight) * cautious.frequencies_
+                )
                 errors[row] = [total_variation(truth, p) for p in fits]
                 raw.append(total_variation(truth, counts / n))
             ratios = errors.mean(axis=0) / np.mean(raw)
@@ -344,6 +353,30 @@ def tails(surveys: int) -> None:
         f"OLH, 300 users: TV median {np.median(tv_a):.3f}, max {tv_a.max():.3f}, share at least "
         f"0.7 {np.mean(tv_a >= 0.7):.4f}; largest error median {np.median(big):.3f}, max "
         f"{big.max():.3f}, share at least 0.25 {np.mean(big >= 0.25):.4f}"
+    )
+    # The k-RR commute campaign: one survey's error against the mean and spread of 40 (seed 11),
+    # in standard deviations.
+    labels = ["bus", "bike", "car", "foot", "train"]
+    spec = CampaignSpec.from_dict(
+        {"id": "commute", "title": "Commute", "mechanism": "krr", "epsilon": 2.0, "domain": labels}
+    )
+    population = Population.zipf(5, 1.1, labels=labels)
+    methods = ["ibu", "inversion", "noisy"]
+
+    def surveys_of(repeats: int, seed: int):
+        return simulate(
+            population, [spec], [300], methods=methods, repeats=repeats, seed=seed, progress=False
+        ).rows
+
+    spread = {row.method: (row.scores.tv, row.scores_sd.tv) for row in surveys_of(40, 11)}
+    z: dict[str, list[float]] = {method: [] for method in methods}
+    for seed in range(surveys):
+        for row in surveys_of(1, 1000 + seed):
+            mean, sd = spread[row.method]
+            z[row.method].append((row.scores.tv - mean) / sd)
+    print(
+        "k-RR commute, 300 users, TV in standard deviations from the mean of 40 surveys: "
+        + "; ".join(f"{method} {min(v):.2f} to {max(v):.2f}" for method, v in z.items())
     )
 
 

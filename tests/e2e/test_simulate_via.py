@@ -63,7 +63,10 @@ def test_end_to_end_accuracy_matches_the_in_process_simulation(live_server):
     assert_server_runs_our_estimators(result, mechanism, ["ibu", "inversion"])
 
     # The in-process simulation of the same campaign over 40 seeds gives the spread of the
-    # error at this n; the server's error (one run) must fall within 4 standard deviations.
+    # error at this n; the server's error (one run, the client's noise unseeded) must fall
+    # within 5 standard deviations below the mean and 7 above. The errors are skewed: in 2,000
+    # in-process surveys (python scripts/measure_stopping.py tails 2000) they ranged from -3.35
+    # to 5.81 standard deviations, so 4 on either side failed in some of them.
     reference = simulate(
         population,
         [spec],
@@ -77,8 +80,8 @@ def test_end_to_end_accuracy_matches_the_in_process_simulation(live_server):
         # "noisy" (the raw histogram) checks the reports themselves: unperturbed values
         # would be far closer to the truth than k-RR reports are.
         server_tv = result.scores[row.method].tv
-        low = row.scores.tv - 4 * row.scores_sd.tv
-        high = row.scores.tv + 4 * row.scores_sd.tv
+        low = row.scores.tv - 5 * row.scores_sd.tv
+        high = row.scores.tv + 7 * row.scores_sd.tv
         assert low <= server_tv <= high, (row.method, server_tv, row.scores.tv, row.scores_sd.tv)
 
 
