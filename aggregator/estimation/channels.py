@@ -59,6 +59,9 @@ class Channel(ABC):
     # IBU over-relaxed after this many plain EM steps: each later step multiplies ``p`` by its
     # EM factor to the power 1.75 (docs/estimation.md); None: plain EM steps throughout.
     ibu_relax_after: ClassVar[int | None] = None
+    # ``forward`` and ``backward`` act on each row of a matrix of distributions (or of report
+    # ratios), so IBU runs on many sets of counts at once (estimators.IBUSteps).
+    products_by_row: ClassVar[bool] = False
     n_inputs: int
     n_outputs: int
 

@@ -125,14 +125,17 @@ class IBUSteps:
     ``p`` starts at ``start`` (by default uniform); ``predicted`` is always ``forward(p)``. A channel
     may run the same steps faster (:meth:`channels.Channel.ibu_steps`), and
     may have them over-relaxed after a number of steps
-    (:attr:`channels.Channel.ibu_relax_after`); ``steps_taken`` counts them.
+    (:attr:`channels.Channel.ibu_relax_after`); ``steps_taken`` counts them. Where the
+    channel's products act on every row of a matrix
+    (:attr:`channels.Channel.products_by_row`), ``counts`` may be several sets, one per row,
+    run side by side.
     """
 
     def __init__(self, channel, counts: np.ndarray, start: np.ndarray | None = None):
         self._channel = channel
         self._counts = counts
         self._observed = counts > 0
-        uniform = np.full(channel.n_inputs, 1.0 / channel.n_inputs)
+        uniform = np.full((*counts.shape[:-1], channel.n_inputs), 1.0 / channel.n_inputs)
         self.p = uniform if start is None else np.array(start, dtype=float)
         self.predicted = channel.forward(self.p)
         self._relax_after = channel.ibu_relax_after
@@ -152,7 +155,7 @@ class IBUSteps:
             if self._relax_after is not None and self.steps_taken >= self._relax_after:
                 planar_steps.relax(factor)
             updated = self.p * factor
-            updated /= updated.sum()
+            updated /= updated.sum(axis=-1, keepdims=True)
             change = float(np.max(np.abs(updated - self.p)))
             taken += 1
             self.steps_taken += 1

@@ -110,6 +110,8 @@ class GeometricChannel(Channel):
     variance exactly in O(m).
     """
 
+    products_by_row = True
+
     def __init__(self, mechanism: Geometric):
         self.n_inputs = self.n_outputs = mechanism.n_inputs
         self.alpha = mechanism.alpha

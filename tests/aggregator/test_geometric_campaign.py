@@ -167,5 +167,5 @@ def test_a_range_of_100000_values_is_inverted_without_a_dense_matrix():
 
 @pytest.mark.slow
 def test_a_range_of_100000_values_is_estimated_by_ibu_without_a_dense_matrix():
-    """IBU's cross-validation, bootstrap and reference fit: about 2,300 O(m) steps."""
+    """IBU's two cross-validated runs, their bootstrap and the reference fit, on O(m) steps."""
     _estimate_a_range_of_100000_values("ibu")
