@@ -560,7 +560,8 @@ def test_phone_width_with_the_keyboard_only(tab_factory, live_server, campaigns)
     tab = tab_factory(PHONE)
     page = tab.page
     tab.goto("/login")
-    assert page.evaluate("document.activeElement.id") == "token"
+    # autofocus lands when the browser gets to it, not always by the time goto returns.
+    expect(page.locator("#token")).to_be_focused(timeout=RENDER_TIMEOUT_MS)
     page.keyboard.type(live_server.analyst_token)
     page.keyboard.press("Enter")
     page.wait_for_url(tab.base + "/")
