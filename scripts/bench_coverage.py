@@ -62,6 +62,7 @@ if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project i
 
 import aggregator.estimation.compute as estimation_compute  # noqa: E402
 from aggregator.estimation import channel_for, estimate  # noqa: E402
+from scripts.bench_estimators import bell  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
 from shared.geo import EARTH_RADIUS_M, Grid, Region  # noqa: E402
 from shared.mechanisms import (  # noqa: E402
@@ -180,9 +181,7 @@ def exponential_grid_configs(quick: bool) -> Iterator[Config]:
 def geometric_configs(quick: bool) -> Iterator[Config]:
     if quick:
         return
-    values = np.arange(30)
-    bell = np.exp(-0.5 * ((values - 15) / 3.75) ** 2)
-    truths = {"Zipf(1.1)": Population.zipf(30, ZIPF_S).probabilities, "bell": bell / bell.sum()}
+    truths = {"Zipf(1.1)": Population.zipf(30, ZIPF_S).probabilities, "bell": bell(30)}
     for name, truth in truths.items():
         for eps in (0.5, 1.0):
             mechanism = Geometric(epsilon=eps, lo=0, hi=29)

@@ -158,6 +158,14 @@ def hindsight_best(case: Case, channel, counts: np.ndarray, truth: np.ndarray) -
     return float(ibu_errors(case, channel, counts, truth).min())
 
 
+def bell(k: int) -> np.ndarray:
+    """A discretised normal over the integers ``0..k-1``: mean ``k / 2``, standard deviation
+    ``k / 8``, normalised (the spread-out truth of the geometric mechanism's benchmarks)."""
+    values = np.arange(k)
+    weights = np.exp(-0.5 * ((values - k / 2) / (k / 8)) ** 2)
+    return weights / weights.sum()
+
+
 def planar_grid(side_m: float, cell_m: float) -> Grid:
     # A hair under the side, so that rounding cannot add a row of cells.
     return Grid(square_region(37.7749, -122.4194, side_m - 0.01), cell_m)
@@ -244,12 +252,10 @@ def cases(quick: bool) -> list[Case]:
         # The geometric mechanism over the integers 0..29 at 0.5 per unit: a Zipf(1.1) truth
         # (its mass at the range's lower edge) and a discretised normal (mean 15, sd 3.75).
         geometric = Geometric(epsilon=0.5, lo=0, hi=29)
-        values = np.arange(30)
-        bell = np.exp(-0.5 * ((values - 15) / 3.75) ** 2)
         for shape, truth, n in (
             ("zipf", Population.zipf(30, 1.1).probabilities, 200),
             ("zipf", Population.zipf(30, 1.1).probabilities, 1000),
-            ("normal", bell / bell.sum(), 2000),
+            ("normal", bell(30), 2000),
         ):
             out.append(Case(f"{shape} geometric k=30 eps=0.5/unit, n={n:,}", truth, geometric, n))
     for share, n in ((0.3, 500), (0.3, 10_000), (0.5, 1000)):

@@ -66,7 +66,7 @@ from aggregator.estimation.estimators import (  # noqa: E402
     paired_se,
 )
 from scripts.bench_coverage import square_grid  # noqa: E402
-from scripts.bench_estimators import cases, ibu_errors  # noqa: E402
+from scripts.bench_estimators import bell, cases, ibu_errors  # noqa: E402
 from shared.mechanisms import ExponentialGrid, Geometric, PlanarLaplace  # noqa: E402
 from shared.oracles import OLH  # noqa: E402
 from shared.spec import CampaignSpec  # noqa: E402
@@ -180,12 +180,11 @@ def geometric_truths(k: int) -> dict[str, np.ndarray]:
     """Truths over ``k`` ordered values: piled at either end, spread out, two bumps, a spike."""
     x = np.arange(k)
     zipf = Population.zipf(k, 1.1).probabilities
-    bell = np.exp(-0.5 * ((x - k / 2) / (k / 8)) ** 2)
     bumps = np.exp(-0.5 * ((x - k / 4) / (k / 15)) ** 2)
     bumps += 0.6 * np.exp(-0.5 * ((x - 3 * k / 4) / (k / 15)) ** 2)
     spike = np.full(k, 0.3 / k)
     spike[k // 3] += 0.7
-    shapes = {"Zipf, low end": zipf, "Zipf, high end": zipf[::-1], "bell": bell}
+    shapes = {"Zipf, low end": zipf, "Zipf, high end": zipf[::-1], "bell": bell(k)}
     shapes |= {"uniform": np.ones(k), "two bumps": bumps, "one spike": spike}
     return {name: shape / shape.sum() for name, shape in shapes.items()}
 
