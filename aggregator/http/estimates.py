@@ -496,6 +496,11 @@ def _cached_estimate(
                 return hit.decode(), None, True
             limits = _remaining(allowed, time.monotonic() - started)
         try:
+            # Another request may have computed it between this one's cache miss and the lock.
+            hit = store.cached_estimate(campaign_id, variant, counts_digest=digest)
+            if hit is not None:
+                outcome = CACHED
+                return hit.decode(), None, True
             channel = channels.get(campaign) if channels is not None and counts else None
             response = off_loop(
                 bounded(estimate_response, limits),

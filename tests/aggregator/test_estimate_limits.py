@@ -266,6 +266,35 @@ def test_concurrent_requests_compute_an_estimate_once(app, store, analyst, monke
     assert lock_keys(store) == []
 
 
+def test_an_estimate_cached_between_a_miss_and_the_lock_is_not_computed_again(
+    app, store, analyst, monkeypatch
+):
+    """The race behind a rare failure of the test above: a request misses the cache, another
+    computes, caches and releases the lock, and then the first one takes the lock."""
+    fill(store, KRR_SPEC, 80)
+    calls, locks = [], []
+    real_estimate, real_lock = estimates.estimate, estimates.compute_lock
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real_estimate(*args, **kwargs)
+
+    def lock_after_another_request(*args, **kwargs):
+        locks.append(1)
+        if len(locks) == 1:  # the first request, after its cache miss: the other one runs now
+            other = app.test_client().get(KRR_URL, headers=analyst)
+            assert other.status_code == 200 and other.headers["X-Estimate-Cache"] == "miss"
+        return real_lock(*args, **kwargs)
+
+    monkeypatch.setattr(estimates, "estimate", counted)
+    monkeypatch.setattr(estimates, "compute_lock", lock_after_another_request)
+    answer = app.test_client().get(KRR_URL, headers=analyst)
+    assert answer.status_code == 200
+    assert answer.headers["X-Estimate-Cache"] == "hit"
+    assert len(calls) == 1
+    assert lock_keys(store) == []
+
+
 def test_a_request_waiting_for_another_computation_stops_at_its_time_limit(config, store, analyst):
     fill(store, KRR_SPEC, 80)
     campaign = store.get_campaign("fruit")
