@@ -46,13 +46,14 @@ if str(ROOT) not in sys.path:
 from scipy.optimize import minimize  # noqa: E402
 
 from aggregator.estimation import channel_for  # noqa: E402
-from aggregator.estimation.empirical_bayes import KRREmpiricalBayes  # noqa: E402
+from aggregator.estimation.empirical_bayes import KRREmpiricalBayes, atom_likelihoods  # noqa: E402
 from aggregator.estimation.estimators import (  # noqa: E402
     KRR_BLEND,
     cross_validated_ibu,
     project_to_simplex,
 )
 from scripts.bench_estimators import Case, cases, hindsight_best, krr_case  # noqa: E402
+from scripts.benchlib import seed_range  # noqa: E402
 from shared.mechanisms import KRR  # noqa: E402
 
 # (shape, k, epsilon, n): populations outside bench_estimators.py's table.
@@ -152,9 +153,7 @@ class EBSmooth:
         fitted = KRREmpiricalBayes(blend=self.blend).fit(counts, channel)
         n, atoms = counts.sum(), fitted.atoms_
         distinct, row_of = np.unique(counts, return_inverse=True)
-        q = channel.p_other + (channel.p_keep - channel.p_other) * atoms
-        log_rows = distinct[:, None] * np.log(q) + (n - distinct)[:, None] * np.log1p(-q)
-        likelihood = np.exp(log_rows - log_rows.max(axis=1, keepdims=True))[row_of]
+        likelihood = atom_likelihoods(distinct, n, channel, atoms)[0][row_of]
         x = np.log(atoms[1:])
         basis = np.zeros((atoms.size, self.degree + 1))
         basis[1:, :-1] = np.polynomial.legendre.legvander(
@@ -181,11 +180,6 @@ class EBSmooth:
         weight = fitted.weight_
         self.frequencies_ = weight * means / means.sum() + (1.0 - weight) * counts / n
         return self
-
-
-def seed_range(text: str) -> list[int]:
-    first, _, last = text.partition("-")
-    return list(range(int(first), int(last or first) + 1))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -58,7 +58,7 @@ from aggregator.estimation import channel_for  # noqa: E402
 from aggregator.estimation.estimators import _steps, empirical_bayes  # noqa: E402
 from scripts.bench_estimators import Case as estimators_case  # noqa: E402
 from scripts.bench_estimators import planar_grid, synthetic_categorical  # noqa: E402
-from scripts.benchlib import write_section  # noqa: E402
+from scripts.benchlib import seed_range, write_section  # noqa: E402
 from scripts.krr_grid import KRRGridSmoothing  # noqa: E402
 from shared.geo import Grid  # noqa: E402
 from shared.mechanisms import KRR  # noqa: E402
@@ -293,11 +293,6 @@ def cost_rows(repeats: int = 5) -> str:
     return "\n".join(lines)
 
 
-def parse_seeds(text: str) -> list[int]:
-    low, _, high = text.partition("-")
-    return list(range(int(low), int(high or low) + 1))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="200-207", help="a seed or a range, e.g. 100-107")
@@ -330,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             options[name] = getattr(args, name)
     if args.bandwidths:
         options["bandwidths"] = tuple(float(h) for h in args.bandwidths.split(","))
-    seeds = parse_seeds(args.seeds)[: 2 if args.quick else None]
+    seeds = seed_range(args.seeds)[: 2 if args.quick else None]
     cache = json.loads(args.cache.read_text()) if args.cache and args.cache.is_file() else {}
     if args.fill_cache:
         for case in cases(args.quick):

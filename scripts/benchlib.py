@@ -24,6 +24,12 @@ BENCHMARKS_FILE = ROOT / "BENCHMARKS.md"
 TITLE = "# Benchmarks\n\nEach section is written by the script named in its header; rerun it to refresh.\n"
 
 
+def seed_range(text: str) -> range:
+    """A command line's seeds: ``"100-107"`` (inclusive), or one seed, ``"100"``."""
+    first, _, last = text.partition("-")
+    return range(int(first), int(last or first) + 1)
+
+
 def free_port() -> int:
     """A TCP port on the loopback interface that nothing listens on now."""
     with socket.socket() as sock:

@@ -67,6 +67,7 @@ from aggregator.estimation.estimators import (  # noqa: E402
 )
 from scripts.bench_coverage import square_grid  # noqa: E402
 from scripts.bench_estimators import bell, cases, ibu_errors  # noqa: E402
+from scripts.benchlib import seed_range  # noqa: E402
 from shared.mechanisms import ExponentialGrid, Geometric, PlanarLaplace  # noqa: E402
 from shared.oracles import OLH  # noqa: E402
 from shared.spec import CampaignSpec  # noqa: E402
@@ -403,16 +404,10 @@ def tails(surveys: int) -> None:
     )
 
 
-def seed_span(text: str) -> range:
-    """``"100-107"`` (or one seed, ``"100"``) as a range of seeds."""
-    first, _, last = text.partition("-")
-    return range(int(first), int(last or first) + 1)
-
-
 def main(argv: list[str]) -> int:
     by_seeds = {"planar": planar, "starts": starts, "weights": weights, "excess": excess}
     if len(argv) >= 2 and argv[0] in by_seeds:
-        by_seeds[argv[0]](seed_span(argv[1]))
+        by_seeds[argv[0]](seed_range(argv[1]))
     elif argv[:1] == ["geometric"]:
         geometric()
     elif argv[:1] == ["corner"]:

@@ -43,6 +43,19 @@ SMALLEST_ATOM = 1e-3
 CHUNK_STEPS = 32
 
 
+def atom_likelihoods(
+    counts: np.ndarray, n: float, channel: KRRChannel, atoms: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each count's binomial likelihood (``n`` reports, without the binomial coefficient,
+    which cancels) at each atom's share: a row per count, scaled so that its largest entry
+    is 1, and each row's log scale."""
+    q = channel.p_other + (channel.p_keep - channel.p_other) * atoms
+    q = np.clip(q, np.finfo(float).tiny, 1.0 - 1e-16)
+    log_rows = counts[:, None] * np.log(q) + (n - counts)[:, None] * np.log1p(-q)
+    shift = log_rows.max(axis=1)
+    return np.exp(log_rows - shift[:, None]), shift
+
+
 class KRREmpiricalBayes:
     """Posterior-mean shares under a nonparametric prior fitted to the k-RR counts.
 
@@ -102,14 +115,10 @@ class KRREmpiricalBayes:
             [[0.0], np.geomspace(SMALLEST_ATOM / max(n, k), 1.0, self.atoms - 1)]
         )
         distinct, row_of, multiplicity = np.unique(counts, return_inverse=True, return_counts=True)
-        # Binomial log-likelihoods without the binomial coefficient (it cancels), per distinct
-        # count and atom, and at the homogeneous share 1 / k.
-        q = np.clip(other + excess * atoms, np.finfo(float).tiny, 1.0 - 1e-16)
-        log_rows = distinct[:, None] * np.log(q) + (n - distinct)[:, None] * np.log1p(-q)
+        likelihood, shift = atom_likelihoods(distinct, n, channel, atoms)
+        # The same at the homogeneous share 1 / k.
         q_flat = other + excess / k
         log_flat = distinct * np.log(q_flat) + (n - distinct) * np.log1p(-q_flat)
-        shift = log_rows.max(axis=1)
-        likelihood = np.exp(log_rows - shift[:, None])
         weights = np.full(self.atoms, 1.0 / self.atoms)
         done = 0
         while done < self.em_steps:

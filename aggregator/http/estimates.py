@@ -488,15 +488,12 @@ def _cached_estimate(
         started, allowed = time.monotonic(), limits
         while not lock.acquire():
             # Another request (in this worker or another) computes this very estimate: wait for
-            # its result rather than compute it twice, within this request's own time limit.
+            # it rather than compute it twice, within this request's own time limit.
             time.sleep(LOCK_POLL_S)
-            hit = store.cached_estimate(campaign_id, variant, counts_digest=digest)
-            if hit is not None:
-                outcome = CACHED
-                return hit.decode(), None, True
             limits = _remaining(allowed, time.monotonic() - started)
         try:
-            # Another request may have computed it between this one's cache miss and the lock.
+            # Under the lock, the cache once more: whoever held it may have cached the estimate,
+            # while this request waited or between its cache miss and the lock.
             hit = store.cached_estimate(campaign_id, variant, counts_digest=digest)
             if hit is not None:
                 outcome = CACHED
