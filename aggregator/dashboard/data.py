@@ -5,16 +5,14 @@ Nothing here computes an estimate of its own: the estimate shown is exactly
 so a chart and the API can never disagree. For grid campaigns (planar Laplace,
 the exponential mechanism on a grid) the payload
 adds the heatmap layers on the campaign's lat/lon grid: the share of noisy
-reports per cell (from the stored counts) and the reconstructed distribution,
-both taken from the same snapshot of the counts.
+reports per cell and the reconstructed distribution, both from the estimate's
+body, so from the same counts.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
-from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -153,38 +151,9 @@ def summary(store: CampaignStore, campaign: Campaign) -> dict[str, Any]:
     }
 
 
-# Raw layers of the grid campaigns a worker showed last, by campaign and what it had accepted
-# (Campaign.reports_seen): a poll with no new report reads no counts.
-RAW_LAYERS_KEPT = 16
-_raw_layers: OrderedDict[tuple[str, str], list[list[float]]] = OrderedDict()
-
-
-def raw_layer(store: CampaignStore, campaign: Campaign) -> list[list[float]]:
-    """The campaign's report shares per cell as rows x cols (row 0 is the south)."""
-    key = (campaign.spec.id, campaign.reports_seen)
-    kept = _raw_layers.get(key)
-    if kept is not None:
-        with contextlib.suppress(KeyError):  # another thread may have just dropped it
-            _raw_layers.move_to_end(key)
-        return kept
-    counts = store.counts(campaign.spec.id)
-    cols = campaign.spec.grid.cols
-    n = sum(counts.values())
-    raw = [[0.0] * cols for _ in range(campaign.spec.grid.rows)]
-    if n:
-        for output, count in counts.items():
-            row, col = divmod(output, cols)
-            raw[row][col] = count / n
-    _raw_layers[key] = raw
-    while len(_raw_layers) > RAW_LAYERS_KEPT:
-        with contextlib.suppress(KeyError):
-            _raw_layers.popitem(last=False)
-    return raw
-
-
-def heatmap_layers(campaign: Campaign, raw: list[list[float]], estimate: dict) -> dict[str, Any]:
-    """Raw report shares (:func:`raw_layer`) and the reconstruction as rows x cols arrays
-    (row 0 is the south).
+def heatmap_layers(campaign: Campaign, estimate: dict) -> dict[str, Any]:
+    """The report shares and the reconstruction as rows x cols arrays (row 0 is the south),
+    both from the estimate's ``grid``.
 
     ``lat`` gives each row's centre latitude and ``lon`` each column's centre
     longitude, so the layers can be drawn on the campaign's lat/lon grid.
@@ -192,10 +161,10 @@ def heatmap_layers(campaign: Campaign, raw: list[list[float]], estimate: dict) -
     """
     grid = campaign.spec.grid
     rows, cols = grid.rows, grid.cols
-    reconstructed = [[0.0] * cols for _ in range(rows)]
-    for index, row_estimate in enumerate(estimate.get("estimates", [])):
-        row, col = divmod(index, cols)
-        reconstructed[row][col] = row_estimate["frequency"]
+    empty = [[0.0] * cols for _ in range(rows)]
+    layers = estimate.get("grid")  # absent with no reports yet
+    raw = empty if layers is None else layers["raw_cells"]
+    reconstructed = empty if layers is None else layers["cells"]
     peak = max((max(line) for line in raw + reconstructed), default=0.0)
     return {
         "rows": rows,
@@ -209,11 +178,11 @@ def heatmap_layers(campaign: Campaign, raw: list[list[float]], estimate: dict) -
     }
 
 
-def estimate_payload(store: CampaignStore, campaign: Campaign, body: dict) -> dict[str, Any]:
+def estimate_payload(campaign: Campaign, body: dict) -> dict[str, Any]:
     """The estimate API's ``body``, plus the heatmap layers for grid campaigns."""
     payload = dict(body)
     method = payload["method"]
     payload["method_name"] = METHOD_NAMES.get(method, method)
     if campaign.spec.mechanism in GRID_MECHANISMS:
-        payload["heatmap"] = heatmap_layers(campaign, raw_layer(store, campaign), payload)
+        payload["heatmap"] = heatmap_layers(campaign, payload)
     return payload

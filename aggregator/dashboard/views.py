@@ -189,7 +189,7 @@ def campaign_estimate(campaign_id: str) -> flask.Response:
     campaign = load_campaign(campaign_id)
     method, confidence = _estimate_args(campaign)
     body, _ = bounded_estimate(campaign, method, confidence)
-    return flask.jsonify(data.estimate_payload(get_store(), campaign, body))
+    return flask.jsonify(data.estimate_payload(campaign, body))
 
 
 @bp.get("/data/campaigns/<campaign_id>/estimate.<any(csv, json):fmt>")

@@ -73,6 +73,9 @@ LOCK_POLL_S = 0.1
 # so that a worker that died mid-computation holds up the others only for a while.
 LOCK_MARGIN_S = 10.0
 LOCK_WITHOUT_LIMIT_S = 3600.0
+# Part of every estimate cache key: raised when the body gains or changes a field, so that a
+# server never serves a body cached by an older one in the old form.
+BODY_FORMAT = 2
 # Channel operators kept per process: a planar kernel takes up to a second to build for a
 # large grid and a few MB to hold, so a handful of recent campaigns is enough.
 CHANNEL_CACHE_SIZE = 16
@@ -323,7 +326,8 @@ def estimate_response(
     an operator already built for this campaign (see :class:`ChannelCache`).
     For categorical and geometric campaigns each row also has ``raw_frequency``,
     the share of the noisy reports that carry that category or value; a
-    geometric estimate also gives its ``range``. The work is charged to the
+    geometric estimate also gives its ``range``, a grid estimate its ``grid``
+    with the estimate and the report shares per cell. The work is charged to the
     calling thread's budget (:mod:`aggregator.estimation.budget`), if it has one.
     """
     mechanism = campaign.mechanism
@@ -359,12 +363,16 @@ def estimate_response(
         response["range"] = {"lo": mechanism.lo, "hi": mechanism.hi}
     if isinstance(mechanism, GridMechanism):
         grid = mechanism.grid
+        shape = (grid.rows, grid.cols)
         response["grid"] = {
             "rows": grid.rows,
             "cols": grid.cols,
             "cell_size_m": grid.cell_size_m,
             "region": grid.region.to_dict(),
-            "cells": np.asarray(result.frequencies).reshape(grid.rows, grid.cols).tolist(),
+            "cells": np.asarray(result.frequencies).reshape(shape).tolist(),
+            # The share of the noisy reports per cell, from the same counts (the dashboard's
+            # raw layer).
+            "raw_cells": (vector / vector.sum()).reshape(shape).tolist(),
         }
     return response
 
@@ -472,7 +480,7 @@ def _cached_estimate(
     began, outcome = time.perf_counter(), FAILED
     try:
         campaign_id = campaign.spec.id
-        variant = f"{method}:{confidence!r}"
+        variant = f"{method}:{confidence!r}:{BODY_FORMAT}"
         # Without reading the counts (every shard's, up to 16 x outputs fields): an estimate
         # made from counts read after the campaign had accepted as many reports as now.
         seen = campaign.reports_seen

@@ -309,13 +309,14 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
             "grid": {
                 "type": "object",
                 "description": "planar_laplace and exponential_grid only: cells[row][col], row 0 south, "
-                "col 0 west",
+                "col 0 west; raw_cells the same for the share of the noisy reports",
                 "properties": {
                     "rows": {"type": "integer"},
                     "cols": {"type": "integer"},
                     "cell_size_m": {"type": "number"},
                     "region": REGION.schema(),
                     "cells": {"type": "array", "items": {"type": "array", "items": _NUMBER}},
+                    "raw_cells": {"type": "array", "items": {"type": "array", "items": _NUMBER}},
                 },
             },
         },

@@ -120,6 +120,10 @@ def test_planar_estimate_comes_with_its_grid(client, analyst, planar_campaign):
     assert body["estimates"][centre]["label"] == f"r{row}c{col}"
     # Everyone was in one cell: the reconstruction puts its mode there.
     assert int(np.argmax(flat)) == centre
+    counts = client.get("/api/v1/campaigns/where/counts", headers=analyst).get_json()["counts"]
+    raw = np.array(body["grid"]["raw_cells"])
+    assert raw.shape == (grid.rows, grid.cols)
+    np.testing.assert_allclose(raw.ravel(), [row["count"] / 400 for row in counts], rtol=1e-12)
 
 
 def test_a_method_the_channel_cannot_support_is_422(client, admin, analyst):

@@ -10,6 +10,7 @@ import pytest
 from aggregator_testdata import KRR_SPEC, new_id
 
 from aggregator.cli import main
+from aggregator.http import estimates
 from aggregator.http.estimates import ChannelCache
 from aggregator.services import EXTENSION
 from shared.mechanisms import Mechanism
@@ -195,7 +196,8 @@ def test_an_entry_without_the_reports_seen_is_found_by_its_counts(
     url = f"{BASE}/fruit/estimate"
     body = client.get(url, headers=analyst).get_data()
     store = app.extensions[EXTENSION].get()
-    key = store.ESTIMATE_KEY.format(id="fruit", variant="empirical_bayes:0.95")
+    variant = f"empirical_bayes:0.95:{estimates.BODY_FORMAT}"
+    key = store.ESTIMATE_KEY.format(id="fruit", variant=variant)
     assert store.connection.hdel(key, "reports") == 1
     hit = client.get(url, headers=analyst)
     assert hit.headers["X-Estimate-Cache"] == "hit" and hit.get_data() == body
