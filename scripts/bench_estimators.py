@@ -48,6 +48,7 @@ docs/estimation.md. Run from the repository root::
     python scripts/bench_estimators.py            # full run (about 5 minutes on 2 cores)
     python scripts/bench_estimators.py --quick    # 2 seeds, a few configurations, print only
     python scripts/bench_estimators.py --krr-only # the k-RR and randomized response rows, print only
+    python scripts/bench_estimators.py --held-out # configurations no default was tuned on, print only
 """
 
 from __future__ import annotations
@@ -88,6 +89,9 @@ DOC = ROOT / "docs" / "estimation.md"
 SF_CSV = ROOT.parent / "shared" / "data" / "gowalla_sf_downtown.csv"
 SEEDS = tuple(range(200, 208))
 POPULATION_SEED = 2024
+# ``--held-out``: configurations, seeds and a city no default was tuned on.
+HELD_OUT_SEEDS = tuple(range(400, 408))
+HELD_OUT_POPULATION_SEED = 4242
 # Hindsight-best IBU looks at every iteration up to this, then about every 5%.
 DENSE_UNTIL = 30
 PLANAR_CAP = 1000
@@ -265,6 +269,42 @@ def cases(quick: bool) -> list[Case]:
     return out
 
 
+def held_out_cases() -> list[Case]:
+    """Configurations no default was tuned or measured on before (``--held-out``): the SF
+    check-ins on grids of other cell sizes and at other privacy levels (every check-in, or a
+    resample), and a clustered city drawn from another population seed."""
+    out: list[Case] = []
+    if SF_CSV.is_file():
+        for cell_m, per_100m, label, n in (
+            (100.0, math.log(3), "ln 3", None),
+            (100.0, math.log(2), "ln 2", 3000),
+            (200.0, math.log(1.5), "ln 1.5", None),
+            (75.0, math.log(4), "ln 4", 20_000),
+        ):
+            grid = Grid(data_region(SF_CSV), cell_m)
+            sf = Population.from_csv_points(SF_CSV, grid)
+            planar = PlanarLaplace(epsilon=per_100m / 100, grid=grid)
+            name = (
+                f"SF planar {label} / 100 m, {cell_m:g} m cells "
+                f"({grid.rows} x {grid.cols}), {'all' if n is None else f'n={n:,}'}"
+            )
+            out.append(Case(name, sf.probabilities, planar, n, sf.rows, grid))
+        grid = Grid(data_region(SF_CSV), 200.0)
+        sf = Population.from_csv_points(SF_CSV, grid)
+        krr = KRR(epsilon=math.log(6), domain=list(cell_labels(grid)))
+        name = f"SF k-RR ln 6 over {grid.n_cells} cells of 200 m, all"
+        out.append(Case(name, sf.probabilities, krr, None, sf.rows, grid))
+    else:
+        print(f"(no {SF_CSV}: the San Francisco rows are skipped)", file=sys.stderr)
+    grid = planar_grid(2000.0, 100.0)
+    city = Population.clustered_city(grid, seed=HELD_OUT_POPULATION_SEED).probabilities
+    planar = PlanarLaplace(epsilon=math.log(2) / 100, grid=grid)
+    for n in (1000, 10_000):
+        name = f"another clustered city planar ln 2 / 100 m, n={n:,}"
+        out.append(Case(name, city, planar, n, grid=grid))
+    return out
+
+
 def run_case(case: Case, seeds: Sequence[int]) -> dict:
     channel = channel_for(case.mechanism)
     to_best, to_raw, iterations = [], [], []
@@ -398,6 +438,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="only the k-RR and randomized response rows, all seeds (printed, not written)",
     )
+    parser.add_argument(
+        "--held-out",
+        action="store_true",
+        help="configurations no default was tuned on, seeds 400-407 (printed, not written)",
+    )
     return parser.parse_args(argv)
 
 
@@ -409,6 +454,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     seeds = SEEDS[:2] if args.quick else SEEDS
     results = []
     selected = cases(args.quick)
+    if args.held_out:
+        seeds, selected = HELD_OUT_SEEDS, held_out_cases()
     if args.krr_only:
         selected = [case for case in selected if isinstance(case.mechanism, KRR)]
     for case in selected:
@@ -416,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.append(run_case(case, seeds))
         print(f"{case.name}: {time.perf_counter() - started:.1f} s", file=sys.stderr)
     accuracy = accuracy_table(results)
-    if args.krr_only:
+    if args.krr_only or args.held_out:
         print(accuracy)
         return 0
     timings = timing_table(timing_rows(2 if args.quick else TIMING_REPEATS))
