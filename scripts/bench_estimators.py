@@ -49,6 +49,8 @@ docs/estimation.md. Run from the repository root::
     python scripts/bench_estimators.py --quick    # 2 seeds, a few configurations, print only
     python scripts/bench_estimators.py --krr-only # the k-RR and randomized response rows, print only
     python scripts/bench_estimators.py --held-out # configurations no default was tuned on, print only
+    python scripts/bench_estimators.py --only "city planar ln 2 / 100 m, n=1,000" --seeds 500-563
+        # some configurations, other seeds, print only
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project i
 
 from aggregator.estimation import budget, channel_for, estimate  # noqa: E402
 from aggregator.estimation.estimators import default_estimator  # noqa: E402
-from scripts.benchlib import write_section  # noqa: E402
+from scripts.benchlib import seed_range, write_section  # noqa: E402
 from shared.geo import Grid  # noqa: E402
 from shared.mechanisms import (  # noqa: E402
     KRR,
@@ -439,6 +441,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="only the k-RR and randomized response rows, all seeds (printed, not written)",
     )
     parser.add_argument(
+        "--only", default="", help="the configurations whose name contains this; print only"
+    )
+    parser.add_argument("--seeds", type=seed_range, default=None, help='e.g. "500-563"; print only')
+    parser.add_argument(
         "--held-out",
         action="store_true",
         help="configurations no default was tuned on, seeds 400-407 (printed, not written)",
@@ -458,12 +464,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         seeds, selected = HELD_OUT_SEEDS, held_out_cases()
     if args.krr_only:
         selected = [case for case in selected if isinstance(case.mechanism, KRR)]
+    selected = [case for case in selected if args.only in case.name]
+    seeds = seeds if args.seeds is None else args.seeds
     for case in selected:
         started = time.perf_counter()
         results.append(run_case(case, seeds))
         print(f"{case.name}: {time.perf_counter() - started:.1f} s", file=sys.stderr)
     accuracy = accuracy_table(results)
-    if args.krr_only or args.held_out:
+    if args.krr_only or args.held_out or args.only or args.seeds is not None:
         print(accuracy)
         return 0
     timings = timing_table(timing_rows(2 if args.quick else TIMING_REPEATS))
