@@ -8,7 +8,8 @@ default before empirical Bayes), by
 posterior mean, ``eb``) and by the same with the raw report shares mixed in
 where the fitted prior is barely more likely than a homogeneous population
 (``eb-blend``, the service's default, ``blend=(5, 15)``; ``--blend`` sets
-others), and by ``eb-or-projection``: where ``eb-blend`` takes the posterior
+others), by the same on the log-spaced atoms alone (``eb-blend-coarse``, the
+default before atoms as fine as the reports measure the shares were added), and by ``eb-or-projection``: where ``eb-blend`` takes the posterior
 means alone, the posterior means or the simplex projection of the inversion,
 whichever has the lower 10-fold cross-validated squared error against each
 held-out fold's inversion (a measured alternative, not the service's), and by
@@ -27,6 +28,8 @@ and its median and worst-seed ratio to hindsight-best IBU. Prints only::
     python scripts/bench_krr_empirical_bayes.py --seeds 100-107 # tuning seeds
     python scripts/bench_krr_empirical_bayes.py --extra --seeds 300-307
         # populations outside that table, with moderate signal
+    python scripts/bench_krr_empirical_bayes.py --strong --seeds 300-307
+        # few categories measured finely
 """
 
 from __future__ import annotations
@@ -72,8 +75,27 @@ EXTRA = (
 )
 
 
+# (shape, k, epsilon, n): few categories, many reports, a high epsilon: shares measured finely.
+STRONG = (
+    ("zipf", 5, 4.0, 100_000),
+    ("uniform-ish", 5, 4.0, 100_000),
+    ("uniform-ish", 5, 2.0, 100_000),
+    ("spiky", 10, 4.0, 100_000),
+    ("zipf", 10, 4.0, 100_000),
+    ("uniform-ish", 10, 4.0, 100_000),
+    ("zipf", 10, 4.0, 10_000),
+    ("uniform-ish", 10, 4.0, 10_000),
+    ("uniform-ish", 20, 4.0, 10_000),
+    ("zipf", 20, 4.0, 100_000),
+)
+
+
 def extra_cases() -> list[Case]:
     return [krr_case(*row) for row in EXTRA]
+
+
+def strong_cases() -> list[Case]:
+    return [krr_case(*row) for row in STRONG]
 
 
 class EBOrProjection:
@@ -194,13 +216,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--extra", action="store_true", help="the populations outside bench_estimators.py's table"
     )
+    parser.add_argument(
+        "--strong",
+        action="store_true",
+        help="few categories measured finely (many reports, a high epsilon)",
+    )
     args = parser.parse_args(argv)
     print(
         "| configuration | estimator | mean error / raw | seeds worse than raw "
         "| / hindsight-best IBU: median, worst seed |"
     )
     print("|---|---|---|---|---|")
-    for case in extra_cases() if args.extra else cases(quick=False):
+    selected = strong_cases() if args.strong else extra_cases() if args.extra else cases(False)
+    for case in selected:
         if not isinstance(case.mechanism, KRR) or case.truth.size == 2:
             continue
         channel = channel_for(case.mechanism)
@@ -208,6 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "cv-ibu": lambda channel=channel: cross_validated_ibu(channel),
             "eb": KRREmpiricalBayes,
             "eb-blend": lambda: KRREmpiricalBayes(blend=args.blend),
+            "eb-blend-coarse": lambda: KRREmpiricalBayes(blend=args.blend, fine=False),
             "eb-or-projection": lambda: EBOrProjection(blend=args.blend),
             "eb-blend-shrunk": lambda: EBBlendShrunk(blend=args.blend),
             "eb-smooth": lambda: EBSmooth(blend=args.blend),

@@ -3,7 +3,8 @@
 A k-RR category's report count is ``Binomial(n, q_x)`` with
 ``q_x = p_other + (p_keep - p_other) p_x``. Treating the ``k`` shares as draws
 from an unknown distribution ``G`` on [0, 1], :class:`KRREmpiricalBayes`
-estimates ``G`` on a grid of atoms (0 and log-spaced values up to 1) by
+estimates ``G`` on a grid of atoms (0, log-spaced values up to 1, and atoms as
+fine as the reports measure the shares where they lie: :func:`prior_atoms`) by
 maximising the marginal likelihood ``sum_x log sum_j w_j Binom(c_x | n, q(t_j))``
 over the weights ``w`` (EM on the weights: Kiefer and Wolfowitz's
 nonparametric maximum likelihood, "g-modelling"; Jiang and Zhang, Annals of
@@ -39,6 +40,12 @@ DEFAULT_ATOMS = 300
 DEFAULT_EM_STEPS = 300
 # The smallest non-zero atom, as a fraction of 1 / max(n, k): below it a share is 0 in effect.
 SMALLEST_ATOM = 1e-3
+# Atoms added where the report shares lie, this many of a count's standard deviations apart,
+# reaching this many beyond the smallest and the largest share; at most MAX_FINE_ATOMS of them
+# (wider apart if the span needs more).
+FINE_SPACING_SD = 0.25
+FINE_REACH_SD = 5.0
+MAX_FINE_ATOMS = 1000
 # EM steps between two budget checks.
 CHUNK_STEPS = 32
 
@@ -56,6 +63,40 @@ def atom_likelihoods(
     return np.exp(log_rows - shift[:, None]), shift
 
 
+def prior_atoms(
+    counts: np.ndarray, channel: KRRChannel, atoms: int, *, fine: bool = True
+) -> np.ndarray:
+    """The shares the prior may put weight on: 0, ``atoms - 1`` log-spaced values from
+    ``SMALLEST_ATOM / max(n, k)`` to 1, and atoms as fine as the reports measure the shares
+    where those lie (without ``fine``, the log-spaced ones alone).
+
+    The log-spaced ones are 5-7% of their value apart (more with more reports), while with
+    many reports at a high epsilon a share is measured to a small fraction of that: a prior
+    confined to them moves every estimate onto its nearest atom. A count's share ``c / n`` has
+    a standard deviation of ``1 / (2 sqrt(n))`` on the scale ``arcsin(sqrt(c / n))``, whatever
+    its value, so the fine atoms are evenly spaced on that scale.
+    """
+    n, k = counts.sum(), counts.size
+    coarse = np.concatenate([[0.0], np.geomspace(SMALLEST_ATOM / max(n, k), 1.0, atoms - 1)])
+    if not fine:
+        return coarse
+    sd = 0.5 / np.sqrt(n)
+    shares = counts / n
+    lowest = max(np.arcsin(np.sqrt(shares.min())) - FINE_REACH_SD * sd, _angle(channel.p_other))
+    highest = min(np.arcsin(np.sqrt(shares.max())) + FINE_REACH_SD * sd, _angle(channel.p_keep))
+    if highest <= lowest:
+        return coarse
+    step = max(FINE_SPACING_SD * sd, (highest - lowest) / MAX_FINE_ATOMS)
+    added = (np.sin(np.arange(lowest, highest, step)) ** 2 - channel.p_other) / (
+        channel.p_keep - channel.p_other
+    )
+    return np.unique(np.concatenate([coarse, added[(added > 0) & (added < 1)]]))
+
+
+def _angle(report_share: float) -> float:
+    return float(np.arcsin(np.sqrt(report_share)))
+
+
 class KRREmpiricalBayes:
     """Posterior-mean shares under a nonparametric prior fitted to the k-RR counts.
 
@@ -63,13 +104,17 @@ class KRREmpiricalBayes:
     ----------
     atoms : int
         Grid points of the prior: 0 and ``atoms - 1`` log-spaced values from
-        ``1e-3 / max(n, k)`` to 1.
+        ``1e-3 / max(n, k)`` to 1, to which :func:`prior_atoms` adds up to
+        :data:`MAX_FINE_ATOMS` where the reports put the shares.
     em_steps : int
         EM steps on the prior's weights, from equal weights.
     blend : tuple of two floats, or None
         ``(low, high)``: mix the raw report shares in where the fitted prior's
         log-likelihood ratio over a homogeneous population is below ``high``
         (entirely at or below ``low``); ``None`` always takes the posterior mean.
+    fine : bool
+        Add the fine atoms of :func:`prior_atoms` (``False``: the log-spaced grid
+        alone, as before they were added; for comparisons).
 
     Attributes
     ----------
@@ -90,6 +135,7 @@ class KRREmpiricalBayes:
         atoms: int = DEFAULT_ATOMS,
         em_steps: int = DEFAULT_EM_STEPS,
         blend: tuple[float, float] | None = None,
+        fine: bool = True,
     ):
         if int(atoms) < 2:
             raise ValueError(f"atoms must be >= 2, got {atoms!r}")
@@ -100,6 +146,7 @@ class KRREmpiricalBayes:
         self.atoms = int(atoms)
         self.em_steps = int(em_steps)
         self.blend = blend
+        self.fine = fine
 
     def fit(self, counts, channel) -> KRREmpiricalBayes:
         if not isinstance(channel, KRRChannel):
@@ -111,15 +158,13 @@ class KRREmpiricalBayes:
             raise ValueError("counts must be finite, non-negative and not all zero")
         n, k = counts.sum(), counts.size
         excess, other = channel.p_keep - channel.p_other, channel.p_other
-        atoms = np.concatenate(
-            [[0.0], np.geomspace(SMALLEST_ATOM / max(n, k), 1.0, self.atoms - 1)]
-        )
+        atoms = prior_atoms(counts, channel, self.atoms, fine=self.fine)
         distinct, row_of, multiplicity = np.unique(counts, return_inverse=True, return_counts=True)
         likelihood, shift = atom_likelihoods(distinct, n, channel, atoms)
         # The same at the homogeneous share 1 / k.
         q_flat = other + excess / k
         log_flat = distinct * np.log(q_flat) + (n - distinct) * np.log1p(-q_flat)
-        weights = np.full(self.atoms, 1.0 / self.atoms)
+        weights = np.full(atoms.size, 1.0 / atoms.size)
         done = 0
         while done < self.em_steps:
             chunk = min(CHUNK_STEPS, self.em_steps - done)
@@ -157,7 +202,7 @@ class KRREmpiricalBayes:
         """What the last :meth:`fit` ran, in words (for the estimate API's ``estimator``)."""
         text = (
             "empirical Bayes: posterior means under a prior on the shares fitted to the counts "
-            f"({self.atoms} atoms)"
+            f"({self.atoms_.size} atoms)"
         )
         if self.blend is None or self.weight_ == 1.0:
             return text

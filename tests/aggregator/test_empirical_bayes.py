@@ -14,7 +14,7 @@ from test_estimation_default import reports, zipf_krr
 from aggregator.estimation import IBU, budget, channel_for
 from aggregator.estimation.channels import KRRChannel
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
-from aggregator.estimation.estimators import KRR_SE_RULE
+from aggregator.estimation.estimators import KRR_BLEND, KRR_SE_RULE, project_to_simplex
 from shared.mechanisms import KRR
 from simulate.metrics import total_variation
 from simulate.populations import Population
@@ -84,10 +84,10 @@ def test_every_em_step_is_charged_to_the_budget():
     counts, _ = reports(mechanism, Population.zipf(200, 1.1).probabilities, 5000, 1)
     channel = channel_for(mechanism)
     with budget.limited():
-        KRREmpiricalBayes(em_steps=64).fit(counts, channel)
+        fitted = KRREmpiricalBayes(em_steps=64).fit(counts, channel)
         spent = budget.spent()
     rows = np.unique(counts).size
-    assert spent == 64 * rows * 300
+    assert spent == 64 * rows * fitted.atoms_.size
     with budget.limited(max_work=spent // 2), pytest.raises(budget.WorkLimitExceeded):
         KRREmpiricalBayes(em_steps=64).fit(counts, channel)
 
@@ -104,3 +104,28 @@ def test_it_rejects_other_channels_and_bad_counts():
         KRREmpiricalBayes().fit([1.0, 2.0, 3.0], object())
     with pytest.raises(ValueError):
         KRREmpiricalBayes(blend=(5.0, 5.0))
+
+
+def test_shares_measured_finely_are_not_moved_onto_the_nearest_atom():
+    """Five categories at epsilon 4 with 10^5 reports: each share is measured to about 0.0015,
+    while the log-spaced atoms near 0.2 are 0.013 apart. A prior confined to those moved every
+    posterior mean onto its nearest atom; with atoms as fine as the measurement, near-uniform
+    shares are estimated well below the raw shares' error, and Zipf(1.1) shares as well as by
+    the projected inversion, which keeps them where they were measured (measured on these
+    seeds: 0.34 and 0.97 of those, against 2.3 and 7.2 with the coarse atoms)."""
+    mechanism = KRR(epsilon=4.0, domain=[f"c{i}" for i in range(5)])
+    channel = channel_for(mechanism)
+    for truth, ratio in ((uniform_ish(5), 0.6), (Population.zipf(5, 1.1).probabilities, 1.2)):
+        fitted, baseline = [], []
+        for seed in range(4):
+            counts, users = reports(mechanism, truth, 100_000, seed)
+            estimate = KRREmpiricalBayes(blend=KRR_BLEND).fit(counts, channel).frequencies_
+            fitted.append(total_variation(users, estimate))
+            if ratio < 1:  # against the raw shares
+                baseline.append(total_variation(users, counts / counts.sum()))
+            else:  # against the projected inversion
+                inverse = (counts / counts.sum() - channel.p_other) / (
+                    channel.p_keep - channel.p_other
+                )
+                baseline.append(total_variation(users, project_to_simplex(inverse)))
+        assert np.mean(fitted) < ratio * np.mean(baseline)
