@@ -8,8 +8,10 @@ default before empirical Bayes), by
 posterior mean, ``eb``) and by the same with the raw report shares mixed in
 where the fitted prior is barely more likely than a homogeneous population
 (``eb-blend``, the service's default, ``blend=(5, 15)``; ``--blend`` sets
-others), by the same on the log-spaced atoms alone (``eb-blend-coarse``, the
-default before atoms as fine as the reports measure the shares were added), and by ``eb-or-projection``: where ``eb-blend`` takes the posterior
+others), by the same with the posterior means taken under the multinomial
+model instead of the mechanism's noise alone (``eb-blend-multinomial``), and
+also on the log-spaced atoms alone (``eb-blend-coarse``, the default before
+both changes), and by ``eb-or-projection``: where ``eb-blend`` takes the posterior
 means alone, the posterior means or the simplex projection of the inversion,
 whichever has the lower 10-fold cross-validated squared error against each
 held-out fold's inversion (a measured alternative, not the service's), and by
@@ -75,8 +77,12 @@ EXTRA = (
 )
 
 
-# (shape, k, epsilon, n): few categories, many reports, a high epsilon: shares measured finely.
+# (shape, k, epsilon, n): few categories, many reports or a high epsilon: shares measured finely.
 STRONG = (
+    ("zipf", 7, 6.0, 1000),
+    ("spiky", 7, 6.0, 1000),
+    ("uniform-ish", 7, 6.0, 30_000),
+    ("spiky", 30, 6.0, 30_000),
     ("zipf", 5, 4.0, 100_000),
     ("uniform-ish", 5, 4.0, 100_000),
     ("uniform-ish", 5, 2.0, 100_000),
@@ -219,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--strong",
         action="store_true",
-        help="few categories measured finely (many reports, a high epsilon)",
+        help="few categories measured finely (many reports or a high epsilon)",
     )
     args = parser.parse_args(argv)
     print(
@@ -236,7 +242,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "cv-ibu": lambda channel=channel: cross_validated_ibu(channel),
             "eb": KRREmpiricalBayes,
             "eb-blend": lambda: KRREmpiricalBayes(blend=args.blend),
-            "eb-blend-coarse": lambda: KRREmpiricalBayes(blend=args.blend, fine=False),
+            "eb-blend-multinomial": lambda: KRREmpiricalBayes(
+                blend=args.blend, noise="multinomial"
+            ),
+            "eb-blend-coarse": lambda: KRREmpiricalBayes(
+                blend=args.blend, fine=False, noise="multinomial"
+            ),
             "eb-or-projection": lambda: EBOrProjection(blend=args.blend),
             "eb-blend-shrunk": lambda: EBBlendShrunk(blend=args.blend),
             "eb-smooth": lambda: EBSmooth(blend=args.blend),

@@ -11,6 +11,13 @@ nonparametric maximum likelihood, "g-modelling"; Jiang and Zhang, Annals of
 Statistics 2009; Koenker and Mizera, JASA 2014), then takes each category's
 posterior mean ``E[p_x | c_x]`` under it, renormalised to sum to 1.
 
+The shares estimated are those of the users who reported, so the posterior
+means are taken under the mechanism's noise alone
+(:func:`participant_likelihoods`; a second prior is fitted under it), not under
+the binomial above, which also counts the drawing of the users from a
+population: at a high epsilon, where the reports are nearly the users' own
+answers, the binomial's wider noise pooled shares the reports had measured apart.
+
 It shrinks adaptively (towards a common value, towards 0 for the empty
 categories of a spiky truth, barely for well-measured large shares) and, where
 the reports carry signal, it beat hindsight-best IBU in the benchmark; where
@@ -18,14 +25,14 @@ they carry little (near-uniform shares at epsilon 1 or below), the prior
 fitted to ``k`` noisy counts is too dispersed, and the estimate's mean total
 variation was 2-3 times the raw report shares' (up to 10 times in a seed).
 ``blend=(low, high)`` guards that case: with ``g`` the log-likelihood ratio of the fitted prior over a
-homogeneous population (every share ``1 / k``), the estimate is the raw
+homogeneous population (every share ``1 / k``; in the binomial model), the estimate is the raw
 shares when ``g <= low``, the posterior mean when ``g >= high``, and their
 linear mix between. The service's default for k-RR over three categories or
 more is ``blend=(5, 15)`` (:func:`estimators.default_estimator`);
 docs/estimation.md gives the figures.
 
 Categories with equal counts share a likelihood row, so one EM step costs
-``(distinct counts) x atoms``; every step is charged to the work budget
+``(distinct counts) x atoms`` (two priors: twice the steps); every step is charged to the work budget
 (:mod:`aggregator.estimation.budget`) at that many units.
 """
 
@@ -46,6 +53,9 @@ SMALLEST_ATOM = 1e-3
 FINE_SPACING_SD = 0.25
 FINE_REACH_SD = 5.0
 MAX_FINE_ATOMS = 1000
+# The least variance of a count (a count is an integer: half a report's standard deviation).
+MIN_COUNT_VARIANCE = 0.25
+NOISE_MODELS = ("participants", "multinomial")
 # EM steps between two budget checks.
 CHUNK_STEPS = 32
 
@@ -93,6 +103,28 @@ def prior_atoms(
     return np.unique(np.concatenate([coarse, added[(added > 0) & (added < 1)]]))
 
 
+def participant_likelihoods(
+    counts: np.ndarray, n: float, channel: KRRChannel, atoms: np.ndarray
+) -> np.ndarray:
+    """Each count's likelihood at each atom taken as the share of the users who reported, not
+    of a population they were drawn from: a row per count, scaled so that its largest entry
+    is 1.
+
+    With ``n t`` of the ``n`` users in the category, its count is
+    ``Binomial(n t, p_keep) + Binomial(n (1 - t), p_other)``, whose variance
+    ``n (t p_keep (1 - p_keep) + (1 - t) p_other (1 - p_other))`` is only the mechanism's: at a
+    high epsilon it is far below the multinomial's ``n q (1 - q)``, which also counts the
+    drawing of the users. Taken as normal with that mean and variance (at least
+    :data:`MIN_COUNT_VARIANCE`).
+    """
+    keep, other = channel.p_keep, channel.p_other
+    mean = n * (other + (keep - other) * atoms)
+    variance = n * (atoms * keep * (1.0 - keep) + (1.0 - atoms) * other * (1.0 - other))
+    variance = np.maximum(variance, MIN_COUNT_VARIANCE)
+    log_rows = -0.5 * (counts[:, None] - mean) ** 2 / variance - 0.5 * np.log(variance)
+    return np.exp(log_rows - log_rows.max(axis=1)[:, None])
+
+
 def _angle(report_share: float) -> float:
     return float(np.arcsin(np.sqrt(report_share)))
 
@@ -115,13 +147,19 @@ class KRREmpiricalBayes:
     fine : bool
         Add the fine atoms of :func:`prior_atoms` (``False``: the log-spaced grid
         alone, as before they were added; for comparisons).
+    noise : {"participants", "multinomial"}
+        The likelihood the posterior means are taken under: the mechanism's noise
+        given the shares of the users who reported (:func:`participant_likelihoods`,
+        what the estimate is of), or the binomial of users drawn from a population
+        (as before; for comparisons). The blend's gain is the multinomial one either way.
 
     Attributes
     ----------
-    frequencies_, atoms_, prior_ (the weights of ``atoms_``), gain_ (the
-    log-likelihood ratio of the fitted prior over every share ``1 / k``),
+    frequencies_, atoms_, prior_ (the weights of ``atoms_`` the posterior means
+    were taken under), gain_ (the log-likelihood ratio of the prior fitted in the
+    binomial model over every share ``1 / k``),
     weight_ (the posterior mean's share in the estimate, 1 without ``blend``),
-    em_steps_ (EM steps run), log_likelihood_ (the counts' multinomial
+    em_steps_ (EM steps run, both priors), log_likelihood_ (the counts' multinomial
     log-likelihood under the estimate, without the constant), warnings_
     (human-readable strings); n_iter_ and converged_ are None (they describe
     IBU runs).
@@ -136,6 +174,7 @@ class KRREmpiricalBayes:
         em_steps: int = DEFAULT_EM_STEPS,
         blend: tuple[float, float] | None = None,
         fine: bool = True,
+        noise: str = "participants",
     ):
         if int(atoms) < 2:
             raise ValueError(f"atoms must be >= 2, got {atoms!r}")
@@ -147,6 +186,9 @@ class KRREmpiricalBayes:
         self.em_steps = int(em_steps)
         self.blend = blend
         self.fine = fine
+        if noise not in NOISE_MODELS:
+            raise ValueError(f"noise must be one of {', '.join(NOISE_MODELS)}, got {noise!r}")
+        self.noise = noise
 
     def fit(self, counts, channel) -> KRREmpiricalBayes:
         if not isinstance(channel, KRRChannel):
@@ -160,31 +202,28 @@ class KRREmpiricalBayes:
         excess, other = channel.p_keep - channel.p_other, channel.p_other
         atoms = prior_atoms(counts, channel, self.atoms, fine=self.fine)
         distinct, row_of, multiplicity = np.unique(counts, return_inverse=True, return_counts=True)
-        likelihood, shift = atom_likelihoods(distinct, n, channel, atoms)
-        # The same at the homogeneous share 1 / k.
+        self.em_steps_ = 0
+        # Whether the shares differ at all: the counts' likelihood under a prior fitted to them
+        # against equal shares, users drawn at random (the multinomial model).
+        binomial, shift = atom_likelihoods(distinct, n, channel, atoms)
+        weights = self._fit_prior(binomial, multiplicity)
         q_flat = other + excess / k
         log_flat = distinct * np.log(q_flat) + (n - distinct) * np.log1p(-q_flat)
-        weights = np.full(atoms.size, 1.0 / atoms.size)
-        done = 0
-        while done < self.em_steps:
-            chunk = min(CHUNK_STEPS, self.em_steps - done)
-            budget.charge(chunk * likelihood.size)
-            for _ in range(chunk):
-                weights = weights * ((multiplicity / (likelihood @ weights)) @ likelihood) / k
-            done += chunk
-        marginal = likelihood @ weights
-        posterior_mean = (likelihood @ (weights * atoms)) / marginal
+        # In logs with the shift put back: the flat likelihood can underflow beside the prior's.
+        self.gain_ = float(np.sum(multiplicity * (np.log(binomial @ weights) + shift - log_flat)))
+        likelihood = binomial
+        if self.noise == "participants":
+            likelihood = participant_likelihoods(distinct, n, channel, atoms)
+            weights = self._fit_prior(likelihood, multiplicity)
+        posterior_mean = (likelihood @ (weights * atoms)) / (likelihood @ weights)
         shares = posterior_mean[row_of]
         shares /= shares.sum()
-        # In logs with the shift put back: the flat likelihood can underflow beside the prior's.
-        self.gain_ = float(np.sum(multiplicity * (np.log(marginal) + shift - log_flat)))
         self.weight_ = 1.0
         if self.blend is not None:
             low, high = self.blend
             self.weight_ = float(np.clip((self.gain_ - low) / (high - low), 0.0, 1.0))
         self.frequencies_ = self.weight_ * shares + (1.0 - self.weight_) * counts / n
         self.atoms_, self.prior_ = atoms, weights
-        self.em_steps_ = done
         self.n_iter_ = self.converged_ = None
         predicted = channel.forward(self.frequencies_)
         seen = counts > 0
@@ -197,6 +236,22 @@ class KRREmpiricalBayes:
                 "the estimate is the raw report shares: differences between rows may be noise"
             )
         return self
+
+    def _fit_prior(self, likelihood: np.ndarray, multiplicity: np.ndarray) -> np.ndarray:
+        """The atoms' weights maximising the counts' marginal likelihood (EM from equal
+        weights; ``likelihood`` has a row per distinct count, ``multiplicity`` its categories)."""
+        categories = multiplicity.sum()
+        weights = np.full(likelihood.shape[1], 1.0 / likelihood.shape[1])
+        done = 0
+        while done < self.em_steps:
+            chunk = min(CHUNK_STEPS, self.em_steps - done)
+            budget.charge(chunk * likelihood.size)
+            for _ in range(chunk):
+                weights = weights * ((multiplicity / (likelihood @ weights)) @ likelihood)
+                weights /= categories
+            done += chunk
+        self.em_steps_ += done
+        return weights
 
     def describe(self) -> str:
         """What the last :meth:`fit` ran, in words (for the estimate API's ``estimator``)."""

@@ -87,7 +87,9 @@ def test_every_em_step_is_charged_to_the_budget():
         fitted = KRREmpiricalBayes(em_steps=64).fit(counts, channel)
         spent = budget.spent()
     rows = np.unique(counts).size
-    assert spent == 64 * rows * fitted.atoms_.size
+    # Two priors: the multinomial one for the gain, the participants' for the posterior means.
+    assert fitted.em_steps_ == 2 * 64
+    assert spent == 2 * 64 * rows * fitted.atoms_.size
     with budget.limited(max_work=spent // 2), pytest.raises(budget.WorkLimitExceeded):
         KRREmpiricalBayes(em_steps=64).fit(counts, channel)
 
@@ -129,3 +131,27 @@ def test_shares_measured_finely_are_not_moved_onto_the_nearest_atom():
                 )
                 baseline.append(total_variation(users, project_to_simplex(inverse)))
         assert np.mean(fitted) < ratio * np.mean(baseline)
+
+
+def test_at_a_high_epsilon_the_estimate_stays_with_the_nearly_exact_reports():
+    """Seven categories at epsilon 6 (each report keeps its answer with probability 0.985)
+    from 1,000 users: the reports are nearly the users' own answers, and the estimate is of
+    those users' shares. Taken under the multinomial model, whose noise also counts the drawing
+    of the users, the posterior means pooled shares the reports had measured apart (measured on
+    these seeds: 1.55 times the raw shares' mean total variation, worse in 7 of 8); under the
+    mechanism's noise alone, 0.80."""
+    mechanism = KRR(epsilon=6.0, domain=[f"c{i}" for i in range(7)])
+    channel = channel_for(mechanism)
+    truth = Population.zipf(7, 1.1).probabilities
+    errors: dict[str, list[float]] = {"participants": [], "multinomial": [], "raw": []}
+    for seed in range(8):
+        counts, users = reports(mechanism, truth, 1000, seed)
+        for noise in ("participants", "multinomial"):
+            fitted = KRREmpiricalBayes(blend=KRR_BLEND, noise=noise).fit(counts, channel)
+            errors[noise].append(total_variation(users, fitted.frequencies_))
+        errors["raw"].append(total_variation(users, counts / counts.sum()))
+    raw = np.mean(errors["raw"])
+    assert np.mean(errors["participants"]) < 0.9 * raw
+    assert np.mean(errors["multinomial"]) > 1.3 * raw
+    with pytest.raises(ValueError):
+        KRREmpiricalBayes(noise="poisson")
