@@ -480,7 +480,7 @@ def _cached_estimate(
     began, outcome = time.perf_counter(), FAILED
     try:
         campaign_id = campaign.spec.id
-        variant = f"{method}:{confidence!r}:{BODY_FORMAT}"
+        variant = cache_variant(method, confidence)
         # Without reading the counts (every shard's, up to 16 x outputs fields): an estimate
         # made from counts read after the campaign had accepted as many reports as now.
         seen = campaign.reports_seen
@@ -524,6 +524,12 @@ def _cached_estimate(
     finally:
         if observe is not None:
             observe(method, confidence, outcome, time.perf_counter() - began)
+
+
+def cache_variant(method: str, confidence: float) -> str:
+    """An estimate's part of its cache and lock keys: method, confidence level and the body's
+    format (:data:`BODY_FORMAT`)."""
+    return f"{method}:{confidence!r}:{BODY_FORMAT}"
 
 
 def _remaining(limits: EstimateLimits | None, waited_s: float) -> EstimateLimits | None:

@@ -299,7 +299,7 @@ def test_a_request_waiting_for_another_computation_stops_at_its_time_limit(confi
     fill(store, KRR_SPEC, 80)
     campaign = store.get_campaign("fruit")
     digest = estimates.counts_digest(campaign, store.counts("fruit"))
-    key = f"{estimates.default_method(campaign.mechanism)}:0.95"
+    key = estimates.cache_variant(estimates.default_method(campaign.mechanism), 0.95)
     held = estimates.compute_lock(store, "fruit", key, digest, None)
     assert held.acquire()
     client = limited_app(config, ESTIMATE_TIMEOUT_S=0.3).test_client()
