@@ -1,0 +1,108 @@
+"""The default estimate against the raw reports over a wide grid of settings (printed only).
+
+Where ``bench_estimators.py`` measures a table of chosen configurations, this sweeps each
+mechanism's settings corner to corner (few and many categories or values, epsilon from strong
+to weak privacy, few and many reports, spread-out and concentrated truths) and prints, per
+setting, the mean error of the raw report shares and of the service's default estimate (errors
+as in ``bench_estimators.py``: against the distribution of the users drawn; total variation, or
+the earth mover's distance in metres on a grid), their ratio, and how many seeds were worse
+than the raw reports. Rows whose default is worse than the raw reports in expectation are marked
+``(!)``; the last line counts them::
+
+    python scripts/sweep_defaults.py krr          # k-RR (empirical Bayes), seeds 600-607
+    python scripts/sweep_defaults.py rr geometric planar --seeds 600-603
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from aggregator.estimation import channel_for  # noqa: E402
+from aggregator.estimation.estimators import default_estimator  # noqa: E402
+from scripts.bench_estimators import Case, krr_case, planar_grid  # noqa: E402
+from scripts.benchlib import seed_range  # noqa: E402
+from scripts.measure_stopping import geometric_truths  # noqa: E402
+from shared.mechanisms import Geometric, PlanarLaplace, RandomizedResponse  # noqa: E402
+from simulate.populations import Population  # noqa: E402
+
+MECHANISMS = ("krr", "rr", "geometric", "planar")
+
+
+def settings(mechanism: str) -> Iterator[Case]:
+    if mechanism == "krr":
+        shapes, ks, epsilons = ("zipf", "spiky", "uniform-ish"), (3, 7, 30, 300), (0.5, 2.0, 6.0)
+        for shape, k, epsilon, n in itertools.product(shapes, ks, epsilons, (1000, 30_000)):
+            yield krr_case(shape, k, epsilon, n)
+    elif mechanism == "rr":
+        for epsilon, n, share in itertools.product((0.25, 1.0, 3.0, 6.0), (100, 1000), (0.02, 0.3)):
+            truth = np.array([1.0 - share, share])
+            name = f"rr eps={epsilon:g} p(yes)={share:g}, n={n:,}"
+            yield Case(name, truth, RandomizedResponse(epsilon=epsilon), n)
+    elif mechanism == "geometric":
+        for k, epsilon, n in itertools.product((10, 30), (0.25, 1.0, 4.0), (300, 3000)):
+            geometric = Geometric(epsilon=epsilon, lo=0, hi=k - 1)
+            for shape, truth in geometric_truths(k).items():
+                name = f"geometric k={k} eps={epsilon:g}/unit, n={n:,}, {shape}"
+                yield Case(name, truth, geometric, n)
+    else:
+        grid = planar_grid(2000.0, 100.0)
+        city = Population.clustered_city(grid, seed=77).probabilities
+        for ratio, n in itertools.product((1.5, 2.0, 8.0, 32.0), (300, 30_000)):
+            planar = PlanarLaplace(epsilon=math.log(ratio) / 100, grid=grid)
+            yield Case(f"planar city ln {ratio:g} / 100 m, n={n:,}", city, planar, n, grid=grid)
+
+
+def sweep(cases: Iterator[Case], seeds: Sequence[int]) -> tuple[int, int]:
+    """Print a row per setting; how many were worse than the raw reports, of how many."""
+    above = total = 0
+    for case in cases:
+        channel = channel_for(case.mechanism)
+        errors = np.zeros((len(seeds), 2))
+        for row, seed in enumerate(seeds):
+            counts, truth = case.reports(seed)
+            fitted = default_estimator(channel).fit(counts, channel).frequencies_
+            errors[row] = case.error(truth, fitted), case.error(truth, counts / counts.sum())
+        default_mean, raw_mean = errors.mean(axis=0)
+        ratio = default_mean / raw_mean if raw_mean > 0 else 1.0
+        worse = int(np.sum(errors[:, 0] > errors[:, 1] * (1 + 1e-9)))
+        mark = " (!)" if ratio > 1 + 1e-9 else ""
+        above, total = above + bool(mark), total + 1
+        print(
+            f"| {case.name} | {raw_mean:.4g} | {default_mean:.4g} | {ratio:.3f}{mark} "
+            f"| {worse} of {len(seeds)} |",
+            flush=True,
+        )
+    return above, total
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mechanisms", nargs="+", choices=MECHANISMS)
+    parser.add_argument("--seeds", type=seed_range, default=seed_range("600-607"))
+    args = parser.parse_args(argv)
+    print(
+        "| setting | raw reports: mean error | default: mean error | default / raw "
+        "| seeds worse than raw |"
+    )
+    print("|---|---|---|---|---|")
+    above = total = 0
+    for mechanism in args.mechanisms:
+        flagged, count = sweep(settings(mechanism), args.seeds)
+        above, total = above + flagged, total + count
+    print(f"\n{above} of {total} settings worse than the raw reports in expectation (!)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
