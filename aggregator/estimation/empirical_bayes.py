@@ -159,7 +159,8 @@ class KRREmpiricalBayes:
     were taken under), gain_ (the log-likelihood ratio of the prior fitted in the
     binomial model over every share ``1 / k``),
     weight_ (the posterior mean's share in the estimate, 1 without ``blend``),
-    em_steps_ (EM steps run, both priors), log_likelihood_ (the counts' multinomial
+    em_steps_ (EM steps run, both priors; the second is not fitted where the blend
+    keeps the raw shares alone), log_likelihood_ (the counts' multinomial
     log-likelihood under the estimate, without the constant), warnings_
     (human-readable strings); n_iter_ and converged_ are None (they describe
     IBU runs).
@@ -211,17 +212,17 @@ class KRREmpiricalBayes:
         log_flat = distinct * np.log(q_flat) + (n - distinct) * np.log1p(-q_flat)
         # In logs with the shift put back: the flat likelihood can underflow beside the prior's.
         self.gain_ = float(np.sum(multiplicity * (np.log(binomial @ weights) + shift - log_flat)))
+        self.weight_ = 1.0
+        if self.blend is not None:
+            low, high = self.blend
+            self.weight_ = float(np.clip((self.gain_ - low) / (high - low), 0.0, 1.0))
         likelihood = binomial
-        if self.noise == "participants":
+        if self.noise == "participants" and self.weight_ > 0.0:
             likelihood = participant_likelihoods(distinct, n, channel, atoms)
             weights = self._fit_prior(likelihood, multiplicity)
         posterior_mean = (likelihood @ (weights * atoms)) / (likelihood @ weights)
         shares = posterior_mean[row_of]
         shares /= shares.sum()
-        self.weight_ = 1.0
-        if self.blend is not None:
-            low, high = self.blend
-            self.weight_ = float(np.clip((self.gain_ - low) / (high - low), 0.0, 1.0))
         self.frequencies_ = self.weight_ * shares + (1.0 - self.weight_) * counts / n
         self.atoms_, self.prior_ = atoms, weights
         self.n_iter_ = self.converged_ = None
