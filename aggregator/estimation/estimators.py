@@ -48,6 +48,14 @@ TWO_STARTS_TEMPERATURE = 3.0
 # IBU started from the report shares starts an unreported value at this share (before
 # renormalising): IBU's steps multiply, so a share of 0 would stay 0.
 REPORT_START_FLOOR = 1e-12
+# The geometric default is mixed with the raw report shares where the mechanism's noise is less
+# than this share of the report counts' variance (a high epsilon: the reports are nearly the
+# users' own answers; see raw_report_weight), over at most this many values (the estimate's
+# derivative takes two replays per value).
+RAW_MIX_MAX_NOISE_SHARE = 0.5
+RAW_MIX_MAX_VALUES = 300
+# ... and where those replays cost at most this many value-steps (about half a second).
+RAW_MIX_MAX_WORK = 20_000_000
 
 
 def _as_counts(counts, channel) -> np.ndarray:
@@ -490,17 +498,28 @@ class TwoStartIBU:
     moves little of it). Where the held-out reports cannot tell the two apart, as with a few
     hundred reports, both count about equally.
 
+    At a high epsilon the mix is then mixed with the raw report shares, which are nearly the
+    users' own answers there (:func:`raw_report_weight`; ``raw_mix=False`` leaves it out).
+
     Attributes
     ----------
     frequencies_, n_iter_ (of the run with the larger weight), converged_, log_likelihood_,
-    warnings_, weight_ (the run from equal shares'), runs_ (the two fitted :class:`IBU`).
+    warnings_, weight_ (the run from equal shares'), raw_weight_ (the raw report shares'),
+    runs_ (the two fitted :class:`IBU`).
     """
 
-    def __init__(self, *, seed: int = 0, temperature: float = TWO_STARTS_TEMPERATURE):
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        temperature: float = TWO_STARTS_TEMPERATURE,
+        raw_mix: bool = True,
+    ):
         if not (temperature > 0 and np.isfinite(temperature)):
             raise ValueError(f"temperature must be finite and > 0, got {temperature!r}")
         self.seed = seed
         self.temperature = float(temperature)
+        self.raw_mix = raw_mix
 
     def fit(self, counts, channel) -> TwoStartIBU:
         counts = _as_counts(counts, channel)
@@ -514,7 +533,12 @@ class TwoStartIBU:
         else:
             gap = uniform_run.cv_score_ - reports_run.cv_score_
             self.weight_ = float(expit(gap / self.temperature))
-        self.frequencies_ = self._mix(uniform_run.frequencies_, reports_run.frequencies_)
+        runs = self._mix(uniform_run.frequencies_, reports_run.frequencies_)
+        self.raw_weight_ = 0.0
+        replays = 2 * counts.size * counts.size * (uniform_run.n_iter_ + reports_run.n_iter_)
+        if self.raw_mix and replays <= RAW_MIX_MAX_WORK:
+            self.raw_weight_ = raw_report_weight(counts, channel, runs, self._replay_runs)
+        self.frequencies_ = self._with_raw(runs, counts)
         self.log_likelihood_ = log_likelihood(counts, channel.forward(self.frequencies_))
         self.n_iter_ = (uniform_run if self.weight_ >= 0.5 else reports_run).n_iter_
         self.converged_ = uniform_run.converged_ and reports_run.converged_
@@ -524,18 +548,76 @@ class TwoStartIBU:
     def _mix(self, from_uniform: np.ndarray, from_reports: np.ndarray) -> np.ndarray:
         return self.weight_ * from_uniform + (1.0 - self.weight_) * from_reports
 
-    def replay(self, counts, channel) -> np.ndarray:
-        """Both runs' iteration counts and the weight of the last fit, on other counts."""
+    def _with_raw(self, runs: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        return (1.0 - self.raw_weight_) * runs + self.raw_weight_ * counts / counts.sum()
+
+    def _replay_runs(self, counts, channel) -> np.ndarray:
         return self._mix(*(run.replay(counts, channel) for run in self.runs_))
+
+    def replay(self, counts, channel) -> np.ndarray:
+        """Both runs' iteration counts and the weights of the last fit, on other counts."""
+        return self._with_raw(self._replay_runs(counts, channel), np.asarray(counts, float))
 
     def describe(self) -> str:
         uniform_run, reports_run = self.runs_
-        return (
+        text = (
             f"IBU from equal shares ({uniform_run.n_iter_} iterations) and from the report "
             f"shares ({reports_run.n_iter_}), each stopped by {DEFAULT_FOLDS}-fold "
             f"cross-validation, weighted {self.weight_:.2f} and {1.0 - self.weight_:.2f} by "
             "their held-out likelihoods"
         )
+        if self.raw_weight_ > 0.0:
+            text += (
+                f"; {self.raw_weight_:.0%} the raw report shares (nearly the users' own answers "
+                "at this epsilon; the share chosen by an unbiased estimate of the error)"
+            )
+        return text
+
+
+def raw_report_weight(counts: np.ndarray, channel, estimate: np.ndarray, replay) -> float:
+    """The weight of the raw report shares in a mix with ``estimate`` (the geometric default),
+    or 0.
+
+    Where the mechanism's noise is a small part of the report counts' variance (less than
+    :data:`RAW_MIX_MAX_NOISE_SHARE`), the reports are nearly the users' own answers, and an
+    estimate regularised for a population they are drawn from (IBU's stopping) is further
+    from those users' distribution than the reports themselves. The weight minimises Stein's
+    unbiased estimate of the mix's squared error for the users who reported: with ``c`` the
+    counts, ``Sigma`` their covariance under the mechanism alone (the users' values fixed at
+    ``estimate``), ``p`` the unbiased inversion and ``J`` the derivative of ``replay`` (the
+    estimate's regularisation replayed on other counts) in the counts, the estimated error of
+    ``w e + (1 - w) r`` is ``|w (e - p) + (1 - w) (r - p)|^2 + 2 tr((w J + (1 - w) / n)
+    Sigma C^-1) / n`` up to a constant. Over at most :data:`RAW_MIX_MAX_VALUES` values (``J``
+    takes two replays per value; :class:`TwoStartIBU` also bounds their work by
+    :data:`RAW_MIX_MAX_WORK`).
+    """
+    if not isinstance(channel, GeometricChannel) or counts.size > RAW_MIX_MAX_VALUES:
+        return 0.0
+    n, k = counts.sum(), counts.size
+    rows = np.array([channel.forward(row) for row in np.eye(k)])  # C, a row per true value
+    users = n * np.clip(estimate, 0.0, None) / np.clip(estimate, 0.0, None).sum()
+    sigma = np.diag(users @ rows) - (rows.T * users) @ rows
+    predicted = users @ rows / n
+    if np.trace(sigma) >= RAW_MIX_MAX_NOISE_SHARE * n * np.sum(predicted * (1.0 - predicted)):
+        return 0.0
+    inverse, exact = channel.solve_with_info(counts / n)
+    sigma_inverse = np.array([channel.solve_with_info(row)[0] for row in sigma])  # Sigma C^-1
+    if not exact or not np.all(np.isfinite(sigma_inverse)):
+        return 0.0
+    derivative = np.empty((k, k))
+    for value in range(k):
+        step = np.zeros(k)
+        step[value] = 1.0
+        below = counts - step if counts[value] >= 1.0 else counts
+        derivative[:, value] = replay(counts + step, channel) - replay(below, channel)
+        derivative[:, value] /= 1.0 + (counts[value] >= 1.0)
+    apart = estimate - counts / n
+    raw_off = counts / n - inverse
+    slope = np.trace(derivative @ sigma_inverse) / n - np.trace(sigma_inverse) / n**2
+    spread = float(apart @ apart)
+    if spread <= 0.0:
+        return 0.0
+    return float(np.clip(1.0 + (raw_off @ apart + slope) / spread, 0.0, 1.0))
 
 
 def paired_se(differences: np.ndarray) -> float:
