@@ -92,8 +92,8 @@ def prior_atoms(
         return coarse
     sd = 0.5 / np.sqrt(n)
     shares = counts / n
-    lowest = max(np.arcsin(np.sqrt(shares.min())) - FINE_REACH_SD * sd, _angle(channel.p_other))
-    highest = min(np.arcsin(np.sqrt(shares.max())) + FINE_REACH_SD * sd, _angle(channel.p_keep))
+    lowest = max(_angle(shares.min()) - FINE_REACH_SD * sd, _angle(channel.p_other))
+    highest = min(_angle(shares.max()) + FINE_REACH_SD * sd, _angle(channel.p_keep))
     if highest <= lowest:
         return coarse
     step = max(FINE_SPACING_SD * sd, (highest - lowest) / MAX_FINE_ATOMS)

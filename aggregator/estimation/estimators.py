@@ -594,29 +594,30 @@ def raw_report_weight(counts: np.ndarray, channel, estimate: np.ndarray, replay)
     if not isinstance(channel, GeometricChannel) or counts.size > RAW_MIX_MAX_VALUES:
         return 0.0
     n, k = counts.sum(), counts.size
-    rows = np.array([channel.forward(row) for row in np.eye(k)])  # C, a row per true value
-    users = n * np.clip(estimate, 0.0, None) / np.clip(estimate, 0.0, None).sum()
+    rows = channel.forward(np.eye(k))  # C, a row per true value
+    shares = np.clip(estimate, 0.0, None)
+    users = n * shares / shares.sum()
     sigma = np.diag(users @ rows) - (rows.T * users) @ rows
     predicted = users @ rows / n
     if np.trace(sigma) >= RAW_MIX_MAX_NOISE_SHARE * n * np.sum(predicted * (1.0 - predicted)):
         return 0.0
-    inverse, exact = channel.solve_with_info(counts / n)
-    sigma_inverse = np.array([channel.solve_with_info(row)[0] for row in sigma])  # Sigma C^-1
-    if not exact or not np.all(np.isfinite(sigma_inverse)):
-        return 0.0
-    derivative = np.empty((k, k))
-    for value in range(k):
-        step = np.zeros(k)
-        step[value] = 1.0
-        below = counts - step if counts[value] >= 1.0 else counts
-        derivative[:, value] = replay(counts + step, channel) - replay(below, channel)
-        derivative[:, value] /= 1.0 + (counts[value] >= 1.0)
     apart = estimate - counts / n
+    spread = float(apart @ apart)
+    if spread <= 0.0:  # the estimate is the raw shares already
+        return 0.0
+    # The geometric channel's inverse is exact and acts by row: Sigma C^-1 in one call.
+    inverse = channel.solve_with_info(counts / n)[0]
+    sigma_inverse = channel.solve_with_info(sigma)[0]
+    # Each count moved up by one, and down by one where it can be (a one-sided step at 0).
+    down = (counts >= 1.0).astype(float)
+    derivative = np.column_stack(
+        [
+            replay(up, channel) - replay(below, channel)
+            for up, below in zip(counts + np.eye(k), counts - np.diag(down), strict=True)
+        ]
+    ) / (1.0 + down)
     raw_off = counts / n - inverse
     slope = np.trace(derivative @ sigma_inverse) / n - np.trace(sigma_inverse) / n**2
-    spread = float(apart @ apart)
-    if spread <= 0.0:
-        return 0.0
     return float(np.clip(1.0 + (raw_off @ apart + slope) / spread, 0.0, 1.0))
 
 
