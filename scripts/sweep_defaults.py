@@ -7,10 +7,13 @@ setting, the mean error of the raw report shares and of the service's default es
 as in ``bench_estimators.py``: against the distribution of the users drawn; total variation, or
 the earth mover's distance in metres on a grid), their ratio, and how many seeds were worse
 than the raw reports. Rows whose default is worse than the raw reports in expectation are marked
-``(!)``; the last line counts them::
+``(!)``; the last lines count them and give the largest ratio and the geometric mean of the
+ratios::
 
     python scripts/sweep_defaults.py krr          # k-RR (empirical Bayes), seeds 600-607
     python scripts/sweep_defaults.py rr geometric planar --seeds 600-603
+    python scripts/sweep_defaults.py rr --wide    # randomized response over 140 settings
+    python scripts/sweep_defaults.py rr --ibu     # cross-validated IBU in place of the default
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from aggregator.estimation import channel_for  # noqa: E402
-from aggregator.estimation.estimators import default_estimator  # noqa: E402
+from aggregator.estimation.estimators import (  # noqa: E402
+    cross_validated_ibu,
+    default_estimator,
+)
 from scripts.bench_estimators import Case, krr_case, planar_grid  # noqa: E402
 from scripts.benchlib import seed_range  # noqa: E402
 from scripts.measure_stopping import geometric_truths  # noqa: E402
@@ -39,13 +45,19 @@ from simulate.populations import Population  # noqa: E402
 MECHANISMS = ("krr", "rr", "geometric", "planar")
 
 
-def settings(mechanism: str) -> Iterator[Case]:
+def settings(mechanism: str, *, wide: bool = False) -> Iterator[Case]:
+    """The sweep's settings; ``wide``: randomized response over the wider grid of
+    docs/estimation.md (140 settings; the other mechanisms are unchanged)."""
     if mechanism == "krr":
         shapes, ks, epsilons = ("zipf", "spiky", "uniform-ish"), (3, 7, 30, 300), (0.5, 2.0, 6.0)
         for shape, k, epsilon, n in itertools.product(shapes, ks, epsilons, (1000, 30_000)):
             yield krr_case(shape, k, epsilon, n)
     elif mechanism == "rr":
-        for epsilon, n, share in itertools.product((0.25, 1.0, 3.0, 6.0), (100, 1000), (0.02, 0.3)):
+        epsilons, ns, shares = (0.25, 1.0, 3.0, 6.0), (100, 1000, 30_000), (0.02, 0.3, 0.5)
+        if wide:
+            epsilons = (0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0)
+            ns, shares = (100, 1000, 10_000, 100_000), (0.02, 0.1, 0.3, 0.45, 0.5)
+        for epsilon, n, share in itertools.product(epsilons, ns, shares):
             truth = np.array([1.0 - share, share])
             name = f"rr eps={epsilon:g} p(yes)={share:g}, n={n:,}"
             yield Case(name, truth, RandomizedResponse(epsilon=epsilon), n)
@@ -63,18 +75,24 @@ def settings(mechanism: str) -> Iterator[Case]:
             yield Case(f"planar city ln {ratio:g} / 100 m, n={n:,}", city, planar, n, grid=grid)
 
 
-def sweep(cases: Iterator[Case], seeds: Sequence[int]) -> tuple[int, int]:
-    """Print a row per setting; how many were worse than the raw reports, of how many."""
+def sweep(
+    cases: Iterator[Case], seeds: Sequence[int], estimator=default_estimator
+) -> tuple[int, int, list[float]]:
+    """Print a row per setting; how many were worse than the raw reports, of how many, and
+    the ratios of the mean errors (of the settings whose raw reports have an error)."""
     above = total = 0
+    ratios = []
     for case in cases:
         channel = channel_for(case.mechanism)
         errors = np.zeros((len(seeds), 2))
         for row, seed in enumerate(seeds):
             counts, truth = case.reports(seed)
-            fitted = default_estimator(channel).fit(counts, channel).frequencies_
+            fitted = estimator(channel).fit(counts, channel).frequencies_
             errors[row] = case.error(truth, fitted), case.error(truth, counts / counts.sum())
         default_mean, raw_mean = errors.mean(axis=0)
         ratio = default_mean / raw_mean if raw_mean > 0 else 1.0
+        if raw_mean > 0:
+            ratios.append(ratio)
         worse = int(np.sum(errors[:, 0] > errors[:, 1] * (1 + 1e-9)))
         mark = " (!)" if ratio > 1 + 1e-9 else ""
         above, total = above + bool(mark), total + 1
@@ -83,24 +101,37 @@ def sweep(cases: Iterator[Case], seeds: Sequence[int]) -> tuple[int, int]:
             f"| {worse} of {len(seeds)} |",
             flush=True,
         )
-    return above, total
+    return above, total, ratios
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("mechanisms", nargs="+", choices=MECHANISMS)
     parser.add_argument("--seeds", type=seed_range, default=seed_range("600-607"))
+    parser.add_argument("--wide", action="store_true", help="randomized response over 140 settings")
+    parser.add_argument(
+        "--ibu",
+        action="store_true",
+        help="cross-validated IBU (the ibu method) in place of the default",
+    )
     args = parser.parse_args(argv)
+    name = "cross-validated IBU" if args.ibu else "default"
     print(
-        "| setting | raw reports: mean error | default: mean error | default / raw "
+        f"| setting | raw reports: mean error | {name}: mean error | {name} / raw "
         "| seeds worse than raw |"
     )
     print("|---|---|---|---|---|")
     above = total = 0
+    ratios: list[float] = []
+    estimator = cross_validated_ibu if args.ibu else default_estimator
     for mechanism in args.mechanisms:
-        flagged, count = sweep(settings(mechanism), args.seeds)
-        above, total = above + flagged, total + count
+        flagged, count, more = sweep(settings(mechanism, wide=args.wide), args.seeds, estimator)
+        above, total, ratios = above + flagged, total + count, ratios + more
     print(f"\n{above} of {total} settings worse than the raw reports in expectation (!)")
+    print(
+        f"largest ratio {max(ratios):.3f}; geometric mean of the ratios "
+        f"{math.exp(np.mean(np.log(ratios))):.3f} (over {len(ratios)} settings)"
+    )
     return 0
 
 

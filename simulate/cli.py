@@ -18,8 +18,11 @@ from typing import Any
 import click
 
 from aggregator.estimation import METHODS
+from aggregator.estimation.binary import is_binary
+from aggregator.estimation.estimators import has_empirical_bayes
 from shared.errors import LDPError
 from shared.geo import Grid
+from shared.mechanisms import Mechanism
 from shared.spec import (
     EXPONENTIAL_GRID,
     GEOMETRIC,
@@ -144,7 +147,7 @@ def run(**options: Any) -> None:
         population,
         specs,
         run_ns,
-        methods=flatten(options["methods"]) or _default_methods(specs[0].mechanism),
+        methods=flatten(options["methods"]) or _default_methods(specs[0]),
         repeats=options["repeats"],
         seed=options["seed"],
         ibu_iterations=options["ibu_iterations"],
@@ -237,7 +240,7 @@ def via(**options: Any) -> None:
         options = {**options, "campaign_id": f"sim-{int(time.time())}-{secrets.token_hex(3)}"}
     spec = _specs(options, template, population, epsilons)[0]
     n = options["n"] or (None if population.rows is not None else 1000)
-    methods = flatten(options["methods"]) or _default_methods(spec.mechanism)
+    methods = flatten(options["methods"]) or _default_methods(spec)
     result = run_via_server(
         options["server_url"],
         spec,
@@ -479,12 +482,19 @@ def _population(options: dict[str, Any], template: dict[str, Any] | None) -> Pop
     return Population.zipf(k, options["zipf_s"], labels)
 
 
-def _default_methods(mechanism: str) -> list[str]:
-    """Every method; for the large-domain oracles all but IBU, whose every iteration hashes
-    every value under every seed (ask for it with -m ibu, best with --ibu-iterations)."""
-    if mechanism in ORACLE_MECHANISMS:
-        return [m for m in ALL_METHODS if m not in ("ibu", "empirical_bayes")]
-    return list(ALL_METHODS)
+def _default_methods(spec: CampaignSpec) -> list[str]:
+    """Every method the spec's mechanism takes (empirical_bayes for k-RR over three categories
+    or more, posterior_median for randomized response); for the large-domain oracles all but
+    IBU, whose every iteration hashes every value under every seed (ask for it with -m ibu,
+    best with --ibu-iterations)."""
+    if spec.mechanism in ORACLE_MECHANISMS:
+        return [m for m in ALL_METHODS if m not in ("ibu", "empirical_bayes", "posterior_median")]
+    mechanism = Mechanism.from_spec(spec)
+    refused = {
+        "empirical_bayes": not has_empirical_bayes(mechanism),
+        "posterior_median": not is_binary(mechanism),
+    }
+    return [m for m in ALL_METHODS if not refused.get(m, False)]
 
 
 def _template_labels(template: dict[str, Any] | None) -> tuple[str, ...] | None:

@@ -42,6 +42,7 @@ METHOD_COLOURS = {
     "clip": "tab:green",
     "projection": "tab:red",
     "empirical_bayes": "tab:purple",
+    "posterior_median": "tab:brown",
     NOISY: "tab:gray",
 }
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")

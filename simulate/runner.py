@@ -34,6 +34,7 @@ from aggregator.estimation import (
     SingularChannelError,
     channel_for,
 )
+from aggregator.estimation.binary import RRPosteriorMedian, is_binary
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.estimators import (
     TwoStartIBU,
@@ -41,6 +42,7 @@ from aggregator.estimation.estimators import (
     cross_validated_ibu,
     empirical_bayes,
     has_empirical_bayes,
+    posterior_median,
     project_to_simplex,
 )
 from aggregator.estimation.oracles import oue_estimate
@@ -240,7 +242,7 @@ def estimate_methods(
     runs: dict[str, MethodRun] = {}
     for method in methods:
         started = time.perf_counter()
-        fitted: IBU | TwoStartIBU | KRREmpiricalBayes | MatrixInversion
+        fitted: IBU | TwoStartIBU | KRREmpiricalBayes | RRPosteriorMedian | MatrixInversion
         if method == NOISY:
             if channel.n_outputs != channel.n_inputs:
                 continue  # reports are not values (OLH, Hadamard response): no raw histogram
@@ -257,6 +259,10 @@ def estimate_methods(
             if not has_empirical_bayes(channel):
                 continue  # k-RR over three categories or more only
             fitted = empirical_bayes(channel).fit(counts, channel)
+        elif method == "posterior_median":
+            if not is_binary(channel):
+                continue  # randomized response only
+            fitted = posterior_median(channel).fit(counts, channel)
         elif method in _POSTPROCESS:
             try:
                 fitted = MatrixInversion(postprocess=_POSTPROCESS[method]).fit(counts, channel)

@@ -40,6 +40,7 @@ MECHANISM_NAMES = {
 METHOD_NAMES = {
     "ibu": "IBU (cross-validated)",
     "empirical_bayes": "Empirical Bayes",
+    "posterior_median": "Posterior median",
     "inversion": "Matrix inversion (unbiased)",
     "clip": "Inversion, clipped and renormalised",
     "projection": "Inversion, projected onto the simplex",

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from aggregator.estimation.binary import RRPosteriorMedian
 from aggregator.estimation.channels import Channel, channel_for
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.estimators import (
@@ -18,11 +19,12 @@ from aggregator.estimation.estimators import (
     cross_validated_ibu,
     default_method,
     empirical_bayes,
+    posterior_median,
 )
 from aggregator.estimation.intervals import BOOTSTRAP_REPLICATES, confidence_interval
 from shared.mechanisms import Mechanism
 
-METHODS = ("ibu", "empirical_bayes", "inversion", "clip", "projection")
+METHODS = ("ibu", "empirical_bayes", "posterior_median", "inversion", "clip", "projection")
 INVERSION_DESCRIPTIONS = {
     "inversion": "matrix inversion (unbiased; entries may be negative)",
     "clip": "matrix inversion, negatives clipped to 0 and renormalised",
@@ -103,16 +105,22 @@ def estimate(
     channel = channel if channel is not None else channel_for(mechanism)
     method = method if method is not None else default_method(channel)
     counts = np.asarray(counts, dtype=float)
-    fitted: IBU | TwoStartIBU | KRREmpiricalBayes | MatrixInversion
+    fitted: IBU | TwoStartIBU | KRREmpiricalBayes | RRPosteriorMedian | MatrixInversion
     details: dict[str, Any] = {}
-    if method == "empirical_bayes":
-        fitted = empirical_bayes(channel).fit(counts, channel)
-        estimator = fitted.describe()
-        warnings = tuple(fitted.warnings_)
+    if method in ("empirical_bayes", "posterior_median"):
+
+        def bayes() -> KRREmpiricalBayes | RRPosteriorMedian:
+            if method == "empirical_bayes":
+                return empirical_bayes(channel)
+            return posterior_median(channel)
+
+        fitted = fitted_bayes = bayes().fit(counts, channel)
+        estimator = fitted_bayes.describe()
+        warnings = tuple(fitted_bayes.warnings_)
 
         # k-RR's intervals do not depend on the estimator: this is never called for them.
         def refit(redrawn: np.ndarray) -> np.ndarray:
-            return empirical_bayes(channel).fit(redrawn, channel).frequencies_
+            return bayes().fit(redrawn, channel).frequencies_
 
     elif method == "ibu":
         fitted = ibu = cross_validated_ibu(channel, seed=seed).fit(counts, channel)

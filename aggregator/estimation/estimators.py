@@ -20,6 +20,7 @@ import numpy as np
 from scipy.special import expit
 
 from aggregator.estimation import budget, parallel, planar_steps
+from aggregator.estimation.binary import RRPosteriorMedian, is_binary
 from aggregator.estimation.channels import KRRChannel
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.ordinal import GeometricChannel
@@ -638,15 +639,19 @@ def default_method(channel) -> str:
     ``"empirical_bayes"`` for k-RR over three categories or more: posterior means under a
     nonparametric prior fitted to the counts, with the raw report shares mixed in where
     that prior is not clearly more likely than equal shares (:data:`KRR_BLEND`).
-    Otherwise ``"ibu"``: IBU with its iteration count chosen by 10-fold cross-validation;
-    for randomized response the smallest count within half a standard error of the best,
-    because the held-out score is flat and noisy where the reports carry little signal and
-    the best-scoring count often overfits.
+
+    ``"posterior_median"`` for randomized response (k-RR over two labels): the posterior
+    median of the respondents' share under a flat prior, mixed with the raw report shares
+    (:mod:`aggregator.estimation.binary`).
+
+    Otherwise ``"ibu"``: IBU with its iteration count chosen by 10-fold cross-validation.
     """
     if isinstance(channel, (OLH, HadamardResponse)) or getattr(
         channel, "intervals_around_unbiased", False
     ):
         return ORACLE_DEFAULT_METHOD
+    if is_binary(channel):
+        return "posterior_median"
     return "empirical_bayes" if has_empirical_bayes(channel) else "ibu"
 
 
@@ -658,13 +663,15 @@ def has_empirical_bayes(subject) -> bool:
 
 def default_estimator(
     channel, *, seed: int = 0
-) -> IBU | TwoStartIBU | KRREmpiricalBayes | MatrixInversion:
+) -> IBU | TwoStartIBU | KRREmpiricalBayes | RRPosteriorMedian | MatrixInversion:
     """The estimator of :func:`default_method` for ``channel``."""
     method = default_method(channel)
     if method == ORACLE_DEFAULT_METHOD:
         return MatrixInversion(postprocess="projection")
     if method == "empirical_bayes":
         return empirical_bayes(channel)
+    if method == "posterior_median":
+        return posterior_median(channel)
     return cross_validated_ibu(channel, seed=seed)
 
 
@@ -675,10 +682,20 @@ def empirical_bayes(channel) -> KRREmpiricalBayes:
     return KRREmpiricalBayes(blend=KRR_BLEND)
 
 
+def posterior_median(channel) -> RRPosteriorMedian:
+    """Randomized response's posterior median, mixed with the raw report shares."""
+    if not is_binary(channel):
+        raise ValueError(
+            "the posterior median estimates randomized response (k-RR over two labels)"
+        )
+    return RRPosteriorMedian()
+
+
 def cross_validated_ibu(channel, *, seed: int = 0) -> IBU | TwoStartIBU:
-    """IBU stopped by 10-fold cross-validation, as the default runs it (for k-RR and randomized
-    response, the smallest iteration count within half a standard error of the best; for the
-    geometric mechanism, :class:`TwoStartIBU`)."""
+    """IBU stopped by 10-fold cross-validation, as the ``ibu`` method runs it (for k-RR and
+    randomized response, the smallest iteration count within half a standard error of the
+    best, because the held-out score is flat and noisy where the reports carry little signal;
+    for the geometric mechanism, :class:`TwoStartIBU`)."""
     if isinstance(channel, GeometricChannel):
         return TwoStartIBU(seed=seed)
     se_rule = KRR_SE_RULE if isinstance(channel, KRRChannel) else 0.0

@@ -33,6 +33,7 @@ from aggregator.estimation import (
     estimators,
     poisoning,
 )
+from aggregator.estimation.binary import is_binary
 from aggregator.estimation.estimators import has_empirical_bayes
 from aggregator.http.errors import APIError
 from aggregator.http.parameters import QueryParameter, invalid_parameter
@@ -161,6 +162,11 @@ def not_applicable(mechanism: Mechanism, method: str) -> str | None:
     if method == "empirical_bayes" and not has_empirical_bayes(mechanism):
         return (
             "empirical_bayes estimates k-RR campaigns over three categories or more; "
+            f"use {default_method(mechanism)}"
+        )
+    if method == "posterior_median" and not is_binary(mechanism):
+        return (
+            "posterior_median estimates randomized response (two labels); "
             f"use {default_method(mechanism)}"
         )
     if (
@@ -335,11 +341,12 @@ def estimate_response(
     budget.charge(mechanism.n_outputs)
     vector = count_vector(counts, mechanism.n_outputs)
     head = {"campaign": campaign.spec.id, "spec_hash": campaign.spec_hash}
-    if not vector.any():
-        return {**head, "method": method, "n": 0, "confidence": confidence, "estimates": []}
+    # Refused with or without reports, so a query that works today works tomorrow.
     refusal = not_applicable(mechanism, method)
     if refusal is not None:
         raise ValidationError(refusal, field="method", code="method_not_applicable")
+    if not vector.any():
+        return {**head, "method": method, "n": 0, "confidence": confidence, "estimates": []}
     try:
         result = estimate(mechanism, vector, method=method, confidence=confidence, channel=channel)
     except SingularChannelError as exc:

@@ -135,3 +135,22 @@ def test_a_method_the_channel_cannot_support_is_422(client, admin, analyst):
     assert response.status_code == 422
     assert response.get_json()["error"]["code"] == "method_not_applicable"
     assert client.get("/api/v1/campaigns/flat/estimate", headers=analyst).status_code == 200
+
+
+def test_randomized_response_defaults_to_the_posterior_median(client, admin, analyst):
+    spec = {"id": "vote", "title": "Voted", "mechanism": "rr", "epsilon": 1.0}
+    assert client.post("/api/v1/campaigns", json=spec, headers=admin).status_code == 201
+    submit(client, "vote", ["yes"] * 30 + ["no"] * 70)
+    body = client.get("/api/v1/campaigns/vote/estimate", headers=analyst).get_json()
+    assert body["method"] == "posterior_median" and body["n_iter"] is None
+    assert "posterior median of the respondents' share" in body["estimator"]
+    ibu = client.get("/api/v1/campaigns/vote/estimate?method=ibu", headers=analyst)
+    assert ibu.status_code == 200 and ibu.get_json()["method"] == "ibu"
+    # Other mechanisms: 422 naming their default, with reports or without.
+    assert client.post("/api/v1/campaigns", json=KRR_SPEC, headers=admin).status_code == 201
+    for values in ([], ["apple", "banana"]):
+        submit(client, "fruit", values)
+        response = client.get(f"{URL}?method=posterior_median", headers=analyst)
+        assert response.status_code == 422
+        error = response.get_json()["error"]
+        assert error["code"] == "method_not_applicable" and "empirical_bayes" in error["message"]

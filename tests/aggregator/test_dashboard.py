@@ -286,8 +286,9 @@ def test_an_exponential_grid_page_gives_the_lattice_displacement_proxy(signed_in
     assert "each report moved 380 m on average (proxy" in page
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "posterior_median"])
 def test_estimate_is_the_api_estimate(signed_in, fruit_reports, analyst, method):
+    # posterior_median is for randomized response: 422 for this k-RR campaign, on both.
     ours = signed_in.get(f"/dashboard/data/campaigns/fruit/estimate?method={method}").get_json()
     api = signed_in.get(f"/api/v1/campaigns/fruit/estimate?method={method}", headers=analyst)
     api = api.get_json()

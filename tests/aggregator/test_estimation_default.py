@@ -231,6 +231,10 @@ def test_the_response_names_the_estimator_and_carries_warnings():
     rr = RandomizedResponse(epsilon=1.0)
     counts, _ = reports(rr, np.array([0.7, 0.3]), 5000, 1)
     body = estimate(rr, counts).to_dict(rr.domain)
+    assert body["method"] == "posterior_median"
+    assert "the posterior median of the respondents' share under a flat prior" in body["estimator"]
+    assert body["n_iter"] is None
+    body = estimate(rr, counts, method="ibu").to_dict(rr.domain)
     assert body["estimator"].startswith("IBU, stopped at ")
     assert "10-fold cross-validation" in body["estimator"]
 
@@ -243,9 +247,14 @@ def test_a_near_uniform_estimate_warns_that_differences_may_be_noise():
     assert any("differences between rows may be noise" in w for w in result.warnings)
     np.testing.assert_allclose(result.frequencies, counts / counts.sum())
     rr = RandomizedResponse(epsilon=1.0)
-    tiny = estimate(rr, np.array([0.0, 1.0]))
+    tiny = estimate(rr, np.array([0.0, 1.0]), method="ibu")
     assert any("too few" in warning for warning in tiny.warnings)
     assert tiny.estimator == "IBU, 1 iteration (too few reports to cross-validate)"
+    # The default: one report cannot rule out a share near one half, where the raw shares are
+    # nearly unbiased; the intervals say how little one report tells.
+    tiny = estimate(rr, np.array([0.0, 1.0]))
+    assert tiny.estimator.startswith("raw report shares")
+    assert any("intervals from fewer than 1,000 reports" in w for w in tiny.warnings)
 
 
 @pytest.mark.parametrize(("shape", "seeds_worse_before"), [("uniform-ish", 2), ("spiky", 6)])

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from simulate.cli import main
+from shared.spec import CampaignSpec
+from simulate.cli import _default_methods, main
 from simulate.options import parse_epsilon, parse_n
 from simulate.reproduce import square_region
 from simulate.runner import ALL_METHODS
@@ -96,7 +97,8 @@ def test_a_sweep_prints_one_row_per_epsilon_n_and_method():
         (2.0, 1000),
         (2.0, 20000),
     }
-    assert sorted({r["method"] for r in rows}) == sorted(ALL_METHODS)
+    # Every method but posterior_median (randomized response only).
+    assert sorted({r["method"] for r in rows}) == sorted(set(ALL_METHODS) - {"posterior_median"})
     assert all(0 <= r["tv"] <= 1.5 and r["mse"] >= 0 for r in rows)
     assert document["inputs"] == 6
 
@@ -422,3 +424,16 @@ def test_exponential_grid_is_simulated_on_a_city_with_its_metric(metric):
 def test_metric_is_for_exponential_grid_only():
     result = run("--mechanism", "krr", "--metric", "euclidean", "--population", "uniform")
     assert result.exit_code == 2 and "exponential_grid only" in result.output
+
+
+def test_the_default_methods_are_those_the_mechanism_takes():
+    # The server refuses the others (422), so `ldp-simulate via` must not ask for them.
+    rr = CampaignSpec.from_dict({"id": "a", "title": "A", "mechanism": "rr", "epsilon": 1.0})
+    krr = CampaignSpec.from_dict(
+        {"id": "b", "title": "B", "mechanism": "krr", "epsilon": 1.0, "domain": ["x", "y", "z"]}
+    )
+    assert "posterior_median" in _default_methods(rr)
+    assert "empirical_bayes" not in _default_methods(rr)
+    assert "empirical_bayes" in _default_methods(krr)
+    assert "posterior_median" not in _default_methods(krr)
+    assert {"ibu", "inversion", "noisy"} <= set(_default_methods(rr)) & set(_default_methods(krr))

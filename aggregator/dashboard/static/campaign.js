@@ -472,9 +472,10 @@
       return;
     }
     showMessage(null);
-    // No iteration count: a closed-form inversion, or k-RR's empirical Bayes default (no IBU).
+    // No iteration count: a closed-form inversion, or a Bayes default (no IBU).
+    var bayes = {empirical_bayes: "none (empirical Bayes)", posterior_median: "none (posterior median)"};
     var iterations = estimate.n_iter === null || estimate.n_iter === undefined
-      ? (estimate.method === "empirical_bayes" ? "none (empirical Bayes)" : "closed form")
+      ? (bayes[estimate.method] || "closed form")
       : estimate.n_iter + (estimate.converged === false ? " (not converged)" : "");
     setText("estimate-iterations", iterations);
     var ms = estimate.seconds * 1000;
