@@ -398,9 +398,10 @@ class IBU:
                 if self.start == "uniform"
                 else "the report shares were kept"
             )
+            reports = int(counts.sum())
             self.warnings_.append(
-                f"only {int(counts.sum())} reports: too few to choose the number of IBU "
-                f"iterations by cross-validation, so {kept}"
+                f"only {reports} report{'' if reports == 1 else 's'}: too few to choose the "
+                f"number of IBU iterations by cross-validation, so {kept}"
             )
             return 1 if self.start == "uniform" else 0
         folds = _fold_steps(channel, train, self.start)

@@ -556,9 +556,9 @@ def _finished(
     warnings = list(notes)
     if n < SMALL_SAMPLE_REPORTS:
         warnings.append(
-            f"only {n:,.0f} reports: intervals from fewer than {SMALL_SAMPLE_REPORTS:,} reports "
-            "are wide and approximate (their coverage is measured from "
-            f"{SMALL_SAMPLE_REPORTS:,} reports up)"
+            f"only {n:,.0f} report{'' if n == 1 else 's'}: intervals from fewer than "
+            f"{SMALL_SAMPLE_REPORTS:,} reports are wide and approximate (their coverage is "
+            f"measured from {SMALL_SAMPLE_REPORTS:,} reports up)"
         )
     if np.any(narrow):
         warnings.append(

@@ -248,13 +248,13 @@ def test_a_near_uniform_estimate_warns_that_differences_may_be_noise():
     np.testing.assert_allclose(result.frequencies, counts / counts.sum())
     rr = RandomizedResponse(epsilon=1.0)
     tiny = estimate(rr, np.array([0.0, 1.0]), method="ibu")
-    assert any("too few" in warning for warning in tiny.warnings)
+    assert any(warning.startswith("only 1 report: too few") for warning in tiny.warnings)
     assert tiny.estimator == "IBU, 1 iteration (too few reports to cross-validate)"
     # The default: one report cannot rule out a share near one half, where the raw shares are
     # nearly unbiased; the intervals say how little one report tells.
     tiny = estimate(rr, np.array([0.0, 1.0]))
     assert tiny.estimator.startswith("raw report shares")
-    assert any("intervals from fewer than 1,000 reports" in w for w in tiny.warnings)
+    assert any(w.startswith("only 1 report: intervals from fewer") for w in tiny.warnings)
 
 
 @pytest.mark.parametrize(("shape", "seeds_worse_before"), [("uniform-ish", 2), ("spiky", 6)])
