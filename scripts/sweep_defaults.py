@@ -128,10 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         flagged, count, more = sweep(settings(mechanism, wide=args.wide), args.seeds, estimator)
         above, total, ratios = above + flagged, total + count, ratios + more
     print(f"\n{above} of {total} settings worse than the raw reports in expectation (!)")
-    print(
-        f"largest ratio {max(ratios):.3f}; geometric mean of the ratios "
-        f"{math.exp(np.mean(np.log(ratios))):.3f} (over {len(ratios)} settings)"
-    )
+    if ratios:  # settings whose raw reports have an error
+        print(
+            f"largest ratio {max(ratios):.3f}; geometric mean of the ratios "
+            f"{math.exp(np.mean(np.log(ratios))):.3f} (over {len(ratios)} settings)"
+        )
     return 0
 
 
