@@ -38,7 +38,7 @@ import numpy as np
 from scipy import special, stats
 
 from aggregator.estimation import budget
-from aggregator.estimation.channels import KRRChannel
+from aggregator.estimation.channels import KRRChannel, log_likelihood
 from shared.mechanisms import KRR
 
 # Above this variance of the count (a standard deviation of 20 reports) the likelihood is
@@ -105,9 +105,7 @@ class RRPosteriorMedian:
         self.median_[low], self.median_[1 - low] = share, 1.0 - share
         self.frequencies_ = self.raw_weight_ * raw + (1.0 - self.raw_weight_) * self.median_
         self.n_iter_ = self.converged_ = None
-        predicted = channel.forward(self.frequencies_)
-        seen = counts > 0
-        self.log_likelihood_ = float(np.sum(counts[seen] * np.log(predicted[seen])))
+        self.log_likelihood_ = log_likelihood(counts, channel.forward(self.frequencies_))
         self.warnings_: list[str] = []
         return self
 

@@ -47,6 +47,13 @@ GMRES_RESTARTS = 20
 GMRES_ACCEPT = 1e-9
 
 
+def log_likelihood(counts: np.ndarray, predicted: np.ndarray) -> float:
+    """Multinomial log-likelihood ``sum_y counts_y log predicted_y`` (without the constant)."""
+    seen = counts > 0
+    with np.errstate(divide="ignore"):
+        return float(np.sum(counts[seen] * np.log(predicted[seen])))
+
+
 class SingularChannelError(ValueError):
     """The channel cannot be inverted (e.g. k-RR whose weights are equal)."""
 

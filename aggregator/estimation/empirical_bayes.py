@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from aggregator.estimation import budget
-from aggregator.estimation.channels import KRRChannel
+from aggregator.estimation.channels import KRRChannel, log_likelihood
 
 DEFAULT_ATOMS = 300
 DEFAULT_EM_STEPS = 300
@@ -226,9 +226,7 @@ class KRREmpiricalBayes:
         self.frequencies_ = self.weight_ * shares + (1.0 - self.weight_) * counts / n
         self.atoms_, self.prior_ = atoms, weights
         self.n_iter_ = self.converged_ = None
-        predicted = channel.forward(self.frequencies_)
-        seen = counts > 0
-        self.log_likelihood_ = float(np.sum(counts[seen] * np.log(predicted[seen])))
+        self.log_likelihood_ = log_likelihood(counts, channel.forward(self.frequencies_))
         self.warnings_ = []
         if self.weight_ == 0.0:
             self.warnings_.append(

@@ -21,7 +21,7 @@ from scipy.special import expit
 
 from aggregator.estimation import budget, parallel, planar_steps
 from aggregator.estimation.binary import RRPosteriorMedian, is_binary
-from aggregator.estimation.channels import KRRChannel
+from aggregator.estimation.channels import KRRChannel, log_likelihood
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.ordinal import GeometricChannel
 from shared.mechanisms import KRR, HadamardResponse
@@ -89,13 +89,6 @@ def clip_and_normalise(v: np.ndarray) -> np.ndarray:
     clipped = np.maximum(v, 0.0)
     total = clipped.sum()
     return clipped / total if total > 0 else np.full(v.size, 1.0 / v.size)
-
-
-def log_likelihood(counts: np.ndarray, predicted: np.ndarray) -> float:
-    """Multinomial log-likelihood ``sum_y counts_y log predicted_y`` (without the constant)."""
-    seen = counts > 0
-    with np.errstate(divide="ignore"):
-        return float(np.sum(counts[seen] * np.log(predicted[seen])))
 
 
 class MatrixInversion:
