@@ -177,6 +177,8 @@ class Grid:
     def centre_index(self, lat: float, lon: float) -> int | None:
         """The cell whose wire centre is (lat, lon), or None if it is no centre."""
         x, y = self.to_xy(lat, lon)
+        if not (math.isfinite(x) and math.isfinite(y)):  # a finite longitude can project to inf
+            return None
         col = math.floor(x / self.cell_size_m)
         row = math.floor(y / self.cell_size_m)
         if not (0 <= row < self.rows and 0 <= col < self.cols):

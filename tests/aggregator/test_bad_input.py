@@ -84,6 +84,7 @@ CASES = [
     ("NaN latitude", "where", raw('{"report_id":"ID","value":{"lat":NaN,"lon":-122.415}}'), None, 400, "invalid_json", None),
     ("1e400 latitude", "where", raw('{"report_id":"ID","value":{"lat":1e400,"lon":-122.415}}'), None, 422, "invalid_report", "value.lat"),
     ("huge integer latitude", "where", raw('{"report_id":"ID","value":{"lat":' + "9" * 400 + ',"lon":-122.415}}'), None, 422, "invalid_report", "value.lat"),
+    ("longitude projected to infinity", "where", raw('{"report_id":"ID","value":{"lat":0.0,"lon":2.045364742627032e+303}}'), None, 422, "invalid_report", "value"),
     ("boolean latitude", "where", report({"lat": True, "lon": CENTRE["lon"]}), None, 422, "invalid_report", "value.lat"),
     ("string latitude", "where", report({"lat": str(CENTRE["lat"]), "lon": CENTRE["lon"]}), None, 422, "invalid_report", "value.lat"),
     ("missing longitude", "where", report({"lat": CENTRE["lat"]}), None, 422, "invalid_report", None),

@@ -123,6 +123,9 @@ def test_centre_index_rejects_points_outside_the_grid():
         lat, lon = round(lat, COORD_DECIMALS), round(lon, COORD_DECIMALS)
         assert grid.centre_index(lat, lon) is None
     assert grid.centre_index(0.0, 0.0) is None
+    # Finite coordinates whose projection overflows to infinity.
+    assert grid.centre_index(0.0, 2.045364742627032e303) is None
+    assert grid.centre_index(1e308, -122.415) is None
     assert grid.centre_index(-89.0, -179.0) is None
 
 
