@@ -6,8 +6,9 @@ and seed, the same noisy reports are estimated three ways:
 * the **default** estimate, as the service computes it
   (``estimators.default_estimator``: for k-RR over three categories or more,
   empirical Bayes mixed with the raw report shares where its prior is not
-  clearly supported; for randomized response the posterior median of the
-  respondents' share mixed with the raw report shares; otherwise IBU with its
+  clearly supported, and at a high epsilon, as for randomized response, the
+  posterior median of each category's respondents mixed with the raw report
+  shares; otherwise IBU with its
   iteration count chosen by 10-fold
   cross-validation, for the geometric mechanism two such runs averaged, from
   equal shares and from the report shares);

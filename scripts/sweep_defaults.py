@@ -10,10 +10,12 @@ than the raw reports. Rows whose default is worse than the raw reports in expect
 ``(!)``; the last lines count them and give the largest ratio and the geometric mean of the
 ratios::
 
-    python scripts/sweep_defaults.py krr          # k-RR (empirical Bayes), seeds 600-607
+    python scripts/sweep_defaults.py krr          # k-RR, seeds 600-607
     python scripts/sweep_defaults.py rr geometric planar --seeds 600-603
     python scripts/sweep_defaults.py rr --wide    # randomized response over 140 settings
-    python scripts/sweep_defaults.py rr --ibu     # cross-validated IBU in place of the default
+    python scripts/sweep_defaults.py krr --wide   # k-RR over 192 settings
+    python scripts/sweep_defaults.py rr --method ibu   # cross-validated IBU, not the default
+    python scripts/sweep_defaults.py krr --method empirical_bayes
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from aggregator.estimation import channel_for  # noqa: E402
 from aggregator.estimation.estimators import (  # noqa: E402
     cross_validated_ibu,
     default_estimator,
+    empirical_bayes,
+    posterior_median,
 )
 from scripts.bench_estimators import Case, krr_case, planar_grid  # noqa: E402
 from scripts.benchlib import seed_range  # noqa: E402
@@ -43,13 +47,22 @@ from shared.mechanisms import Geometric, PlanarLaplace, RandomizedResponse  # no
 from simulate.populations import Population  # noqa: E402
 
 MECHANISMS = ("krr", "rr", "geometric", "planar")
+# The estimators the sweep can run in place of the default (by the estimate API's method names).
+ESTIMATORS = {
+    "default": default_estimator,
+    "ibu": cross_validated_ibu,
+    "empirical_bayes": empirical_bayes,
+    "posterior_median": posterior_median,
+}
 
 
 def settings(mechanism: str, *, wide: bool = False) -> Iterator[Case]:
-    """The sweep's settings; ``wide``: randomized response over the wider grid of
-    docs/estimation.md (140 settings; the other mechanisms are unchanged)."""
+    """The sweep's settings; ``wide``: k-RR and randomized response over the wider grids of
+    docs/estimation.md (192 and 140 settings; the other mechanisms are unchanged)."""
     if mechanism == "krr":
         shapes, ks, epsilons = ("zipf", "spiky", "uniform-ish"), (3, 7, 30, 300), (0.5, 2.0, 6.0)
+        if wide:
+            epsilons = (0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0)
         for shape, k, epsilon, n in itertools.product(shapes, ks, epsilons, (1000, 30_000)):
             yield krr_case(shape, k, epsilon, n)
     elif mechanism == "rr":
@@ -108,14 +121,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("mechanisms", nargs="+", choices=MECHANISMS)
     parser.add_argument("--seeds", type=seed_range, default=seed_range("600-607"))
-    parser.add_argument("--wide", action="store_true", help="randomized response over 140 settings")
     parser.add_argument(
-        "--ibu",
+        "--wide",
         action="store_true",
-        help="cross-validated IBU (the ibu method) in place of the default",
+        help="k-RR over 192 settings, randomized response over 140",
+    )
+    parser.add_argument(
+        "--method",
+        choices=tuple(ESTIMATORS),
+        default="default",
+        help="the estimate to sweep: the default, or a method of the estimate API "
+        "(ibu: cross-validated IBU; empirical_bayes: k-RR over three categories or more; "
+        "posterior_median: k-RR)",
     )
     args = parser.parse_args(argv)
-    name = "cross-validated IBU" if args.ibu else "default"
+    name = {"default": "default", "ibu": "cross-validated IBU"}.get(args.method, args.method)
     print(
         f"| setting | raw reports: mean error | {name}: mean error | {name} / raw "
         "| seeds worse than raw |"
@@ -123,7 +143,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("|---|---|---|---|---|")
     above = total = 0
     ratios: list[float] = []
-    estimator = cross_validated_ibu if args.ibu else default_estimator
+    estimator = ESTIMATORS[args.method]
+    for mechanism in args.mechanisms:
+        channel = channel_for(next(settings(mechanism)).mechanism)
+        try:
+            estimator(channel)
+        except ValueError as error:
+            parser.error(f"{mechanism}: {error}")
     for mechanism in args.mechanisms:
         flagged, count, more = sweep(settings(mechanism, wide=args.wide), args.seeds, estimator)
         above, total, ratios = above + flagged, total + count, ratios + more

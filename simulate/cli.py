@@ -18,8 +18,8 @@ from typing import Any
 import click
 
 from aggregator.estimation import METHODS
-from aggregator.estimation.binary import is_binary
 from aggregator.estimation.estimators import has_empirical_bayes
+from aggregator.estimation.posterior_median import takes_posterior_median
 from shared.errors import LDPError
 from shared.geo import Grid
 from shared.mechanisms import Mechanism
@@ -484,7 +484,7 @@ def _population(options: dict[str, Any], template: dict[str, Any] | None) -> Pop
 
 def _default_methods(spec: CampaignSpec) -> list[str]:
     """Every method the spec's mechanism takes (empirical_bayes for k-RR over three categories
-    or more, posterior_median for randomized response); for the large-domain oracles all but
+    or more, posterior_median for k-RR); for the large-domain oracles all but
     IBU, whose every iteration hashes every value under every seed (ask for it with -m ibu,
     best with --ibu-iterations)."""
     if spec.mechanism in ORACLE_MECHANISMS:
@@ -492,7 +492,7 @@ def _default_methods(spec: CampaignSpec) -> list[str]:
     mechanism = Mechanism.from_spec(spec)
     refused = {
         "empirical_bayes": not has_empirical_bayes(mechanism),
-        "posterior_median": not is_binary(mechanism),
+        "posterior_median": not takes_posterior_median(mechanism),
     }
     return [m for m in ALL_METHODS if not refused.get(m, False)]
 

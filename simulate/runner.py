@@ -34,7 +34,6 @@ from aggregator.estimation import (
     SingularChannelError,
     channel_for,
 )
-from aggregator.estimation.binary import RRPosteriorMedian, is_binary
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.estimators import (
     TwoStartIBU,
@@ -46,6 +45,7 @@ from aggregator.estimation.estimators import (
     project_to_simplex,
 )
 from aggregator.estimation.oracles import oue_estimate
+from aggregator.estimation.posterior_median import PosteriorMedian, takes_posterior_median
 from shared.mechanisms import GridMechanism, Mechanism
 from shared.oracles import OUE
 from shared.spec import OUE_NAME, CampaignSpec
@@ -242,7 +242,7 @@ def estimate_methods(
     runs: dict[str, MethodRun] = {}
     for method in methods:
         started = time.perf_counter()
-        fitted: IBU | TwoStartIBU | KRREmpiricalBayes | RRPosteriorMedian | MatrixInversion
+        fitted: IBU | TwoStartIBU | KRREmpiricalBayes | PosteriorMedian | MatrixInversion
         if method == NOISY:
             if channel.n_outputs != channel.n_inputs:
                 continue  # reports are not values (OLH, Hadamard response): no raw histogram
@@ -260,8 +260,8 @@ def estimate_methods(
                 continue  # k-RR over three categories or more only
             fitted = empirical_bayes(channel).fit(counts, channel)
         elif method == "posterior_median":
-            if not is_binary(channel):
-                continue  # randomized response only
+            if not takes_posterior_median(channel):
+                continue  # k-RR only
             fitted = posterior_median(channel).fit(counts, channel)
         elif method in _POSTPROCESS:
             try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from scripts.bench_estimators import Case
 from scripts.sweep_defaults import MECHANISMS, main, settings, sweep
@@ -37,8 +38,16 @@ def test_the_wide_randomized_response_grid_and_the_ibu_comparison(capsys):
     wide = list(settings("rr", wide=True))
     assert len(wide) == 140 and len({case.name for case in wide}) == 140
     assert len(list(settings("rr"))) == 36
-    assert [c.name for c in settings("krr", wide=True)] == [c.name for c in settings("krr")]
-    assert main(["rr", "--ibu", "--seeds", "600-601"]) == 0
+    assert len({c.name for c in settings("krr", wide=True)}) == 192
+    assert {c.name for c in settings("krr")} < {c.name for c in settings("krr", wide=True)}
+    assert main(["rr", "--method", "ibu", "--seeds", "600-601"]) == 0
     out = capsys.readouterr().out
     assert "cross-validated IBU / raw" in out.splitlines()[0]
     assert "largest ratio" in out and "geometric mean of the ratios" in out
+
+
+def test_a_method_the_mechanism_does_not_take_is_refused(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["rr", "--method", "empirical_bayes", "--seeds", "600"])
+    assert exited.value.code == 2
+    assert "rr: empirical Bayes estimates k-RR over three categories" in capsys.readouterr().err

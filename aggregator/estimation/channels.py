@@ -54,6 +54,17 @@ def log_likelihood(counts: np.ndarray, predicted: np.ndarray) -> float:
         return float(np.sum(counts[seen] * np.log(predicted[seen])))
 
 
+def report_counts(counts, channel: Channel) -> np.ndarray:
+    """``counts`` as floats, one per output of ``channel``: finite, non-negative, not all zero
+    (ValueError otherwise)."""
+    counts = np.asarray(counts, dtype=float)
+    if counts.shape != (channel.n_outputs,):
+        raise ValueError(f"expected {channel.n_outputs} counts, got shape {counts.shape}")
+    if np.any(counts < 0) or not np.all(np.isfinite(counts)) or counts.sum() <= 0:
+        raise ValueError("counts must be finite, non-negative and not all zero")
+    return counts
+
+
 class SingularChannelError(ValueError):
     """The channel cannot be inverted (e.g. k-RR whose weights are equal)."""
 

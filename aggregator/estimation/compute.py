@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from aggregator.estimation.binary import RRPosteriorMedian
 from aggregator.estimation.channels import Channel, channel_for
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.estimators import (
@@ -22,6 +21,7 @@ from aggregator.estimation.estimators import (
     posterior_median,
 )
 from aggregator.estimation.intervals import BOOTSTRAP_REPLICATES, confidence_interval
+from aggregator.estimation.posterior_median import PosteriorMedian
 from shared.mechanisms import Mechanism
 
 METHODS = ("ibu", "empirical_bayes", "posterior_median", "inversion", "clip", "projection")
@@ -105,11 +105,11 @@ def estimate(
     channel = channel if channel is not None else channel_for(mechanism)
     method = method if method is not None else default_method(channel)
     counts = np.asarray(counts, dtype=float)
-    fitted: IBU | TwoStartIBU | KRREmpiricalBayes | RRPosteriorMedian | MatrixInversion
+    fitted: IBU | TwoStartIBU | KRREmpiricalBayes | PosteriorMedian | MatrixInversion
     details: dict[str, Any] = {}
     if method in ("empirical_bayes", "posterior_median"):
 
-        def bayes() -> KRREmpiricalBayes | RRPosteriorMedian:
+        def bayes() -> KRREmpiricalBayes | PosteriorMedian:
             if method == "empirical_bayes":
                 return empirical_bayes(channel)
             return posterior_median(channel)

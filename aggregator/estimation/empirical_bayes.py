@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from aggregator.estimation import budget
-from aggregator.estimation.channels import KRRChannel, log_likelihood
+from aggregator.estimation.channels import KRRChannel, log_likelihood, report_counts
 
 DEFAULT_ATOMS = 300
 DEFAULT_EM_STEPS = 300
@@ -194,11 +194,7 @@ class KRREmpiricalBayes:
     def fit(self, counts, channel) -> KRREmpiricalBayes:
         if not isinstance(channel, KRRChannel):
             raise TypeError(f"empirical Bayes is for k-RR channels, got {type(channel).__name__}")
-        counts = np.asarray(counts, dtype=float)
-        if counts.shape != (channel.n_outputs,):
-            raise ValueError(f"expected {channel.n_outputs} counts, got shape {counts.shape}")
-        if np.any(counts < 0) or not np.all(np.isfinite(counts)) or counts.sum() <= 0:
-            raise ValueError("counts must be finite, non-negative and not all zero")
+        counts = report_counts(counts, channel)
         n, k = counts.sum(), counts.size
         excess, other = channel.p_keep - channel.p_other, channel.p_other
         atoms = prior_atoms(counts, channel, self.atoms, fine=self.fine)

@@ -20,10 +20,15 @@ import numpy as np
 from scipy.special import expit
 
 from aggregator.estimation import budget, parallel, planar_steps
-from aggregator.estimation.binary import RRPosteriorMedian, is_binary
 from aggregator.estimation.channels import KRRChannel, log_likelihood
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.ordinal import GeometricChannel
+from aggregator.estimation.posterior_median import (
+    PosteriorMedian,
+    is_binary,
+    noise_share,
+    takes_posterior_median,
+)
 from shared.mechanisms import KRR, HadamardResponse
 from shared.oracles import OLH
 
@@ -41,6 +46,11 @@ ORACLE_DEFAULT_METHOD = "projection"
 # k-RR's default (k >= 3): the raw report shares up to this log-likelihood gain of the fitted
 # prior over equal shares, the posterior means from the second value on, linear between.
 KRR_BLEND = (5.0, 15.0)
+# k-RR over three categories or more takes the posterior median (each category's, mixed with
+# its raw report share) where the mechanism's noise is under this share of a count's variance
+# (noise_share: epsilon 5 or more over 3 categories, 6 over 7 or 10, 7.5 over 30, 8.5 over 100,
+# 11 over 1,000); empirical Bayes elsewhere.
+POSTERIOR_MEDIAN_MAX_NOISE_SHARE = 0.05
 # IBU steps run between two budget checks.
 CHUNK_STEPS = 32
 # The geometric mechanism's default weighs its two IBU runs (from equal shares and from the
@@ -630,13 +640,15 @@ def default_method(channel) -> str:
     ``"projection"`` for the large-domain frequency oracles (OLH, Hadamard response), whose
     IBU steps hash every value under every seed.
 
-    ``"empirical_bayes"`` for k-RR over three categories or more: posterior means under a
-    nonparametric prior fitted to the counts, with the raw report shares mixed in where
-    that prior is not clearly more likely than equal shares (:data:`KRR_BLEND`).
+    ``"posterior_median"`` for randomized response (k-RR over two labels), and for k-RR over
+    more at a high epsilon (the mechanism's noise under
+    :data:`POSTERIOR_MEDIAN_MAX_NOISE_SHARE` of a count's variance): each category's posterior
+    median under a flat prior, mixed with its raw report share
+    (:mod:`aggregator.estimation.posterior_median`).
 
-    ``"posterior_median"`` for randomized response (k-RR over two labels): the posterior
-    median of the respondents' share under a flat prior, mixed with the raw report shares
-    (:mod:`aggregator.estimation.binary`).
+    ``"empirical_bayes"`` for k-RR over three categories or more otherwise: posterior means
+    under a nonparametric prior fitted to the counts, with the raw report shares mixed in
+    where that prior is not clearly more likely than equal shares (:data:`KRR_BLEND`).
 
     Otherwise ``"ibu"``: IBU with its iteration count chosen by 10-fold cross-validation.
     """
@@ -644,7 +656,9 @@ def default_method(channel) -> str:
         channel, "intervals_around_unbiased", False
     ):
         return ORACLE_DEFAULT_METHOD
-    if is_binary(channel):
+    if is_binary(channel) or (
+        has_empirical_bayes(channel) and noise_share(channel) < POSTERIOR_MEDIAN_MAX_NOISE_SHARE
+    ):
         return "posterior_median"
     return "empirical_bayes" if has_empirical_bayes(channel) else "ibu"
 
@@ -657,7 +671,7 @@ def has_empirical_bayes(subject) -> bool:
 
 def default_estimator(
     channel, *, seed: int = 0
-) -> IBU | TwoStartIBU | KRREmpiricalBayes | RRPosteriorMedian | MatrixInversion:
+) -> IBU | TwoStartIBU | KRREmpiricalBayes | PosteriorMedian | MatrixInversion:
     """The estimator of :func:`default_method` for ``channel``."""
     method = default_method(channel)
     if method == ORACLE_DEFAULT_METHOD:
@@ -676,13 +690,11 @@ def empirical_bayes(channel) -> KRREmpiricalBayes:
     return KRREmpiricalBayes(blend=KRR_BLEND)
 
 
-def posterior_median(channel) -> RRPosteriorMedian:
-    """Randomized response's posterior median, mixed with the raw report shares."""
-    if not is_binary(channel):
-        raise ValueError(
-            "the posterior median estimates randomized response (k-RR over two labels)"
-        )
-    return RRPosteriorMedian()
+def posterior_median(channel) -> PosteriorMedian:
+    """k-RR's posterior median per category, mixed with the raw report shares."""
+    if not takes_posterior_median(channel):
+        raise ValueError("the posterior median estimates k-RR")
+    return PosteriorMedian()
 
 
 def cross_validated_ibu(channel, *, seed: int = 0) -> IBU | TwoStartIBU:

@@ -33,8 +33,8 @@ from aggregator.estimation import (
     estimators,
     poisoning,
 )
-from aggregator.estimation.binary import is_binary
 from aggregator.estimation.estimators import has_empirical_bayes
+from aggregator.estimation.posterior_median import takes_posterior_median
 from aggregator.http.errors import APIError
 from aggregator.http.parameters import QueryParameter, invalid_parameter
 from aggregator.storage.locks import Lock
@@ -164,9 +164,9 @@ def not_applicable(mechanism: Mechanism, method: str) -> str | None:
             "empirical_bayes estimates k-RR campaigns over three categories or more; "
             f"use {default_method(mechanism)}"
         )
-    if method == "posterior_median" and not is_binary(mechanism):
+    if method == "posterior_median" and not takes_posterior_median(mechanism):
         return (
-            "posterior_median estimates randomized response (two labels); "
+            "posterior_median estimates k-RR and randomized response campaigns; "
             f"use {default_method(mechanism)}"
         )
     if (

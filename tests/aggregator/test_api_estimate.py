@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 import pytest
-from aggregator_testdata import KRR_SPEC, submit
+from aggregator_testdata import GEOMETRIC_SPEC, KRR_SPEC, submit
 
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
@@ -143,14 +143,27 @@ def test_randomized_response_defaults_to_the_posterior_median(client, admin, ana
     submit(client, "vote", ["yes"] * 30 + ["no"] * 70)
     body = client.get("/api/v1/campaigns/vote/estimate", headers=analyst).get_json()
     assert body["method"] == "posterior_median" and body["n_iter"] is None
-    assert "posterior median of the respondents' share" in body["estimator"]
+    assert "posterior median of each category's respondents" in body["estimator"]
     ibu = client.get("/api/v1/campaigns/vote/estimate?method=ibu", headers=analyst)
     assert ibu.status_code == 200 and ibu.get_json()["method"] == "ibu"
-    # Other mechanisms: 422 naming their default, with reports or without.
+    # k-RR takes it on request, and by default at a high epsilon.
     assert client.post("/api/v1/campaigns", json=KRR_SPEC, headers=admin).status_code == 201
-    for values in ([], ["apple", "banana"]):
-        submit(client, "fruit", values)
-        response = client.get(f"{URL}?method=posterior_median", headers=analyst)
+    submit(client, "fruit", ["apple", "banana"] * 20)
+    body = client.get(f"{URL}?method=posterior_median", headers=analyst).get_json()
+    assert body["method"] == "posterior_median"
+    assert client.get(URL, headers=analyst).get_json()["method"] == "empirical_bayes"
+    sharp = {**KRR_SPEC, "id": "sharp", "epsilon": 6.0}
+    assert client.post("/api/v1/campaigns", json=sharp, headers=admin).status_code == 201
+    submit(client, "sharp", ["apple", "banana"] * 20)
+    body = client.get("/api/v1/campaigns/sharp/estimate", headers=analyst).get_json()
+    assert body["method"] == "posterior_median"
+    # Other mechanisms: 422 naming their default, with reports or without.
+    assert client.post("/api/v1/campaigns", json=GEOMETRIC_SPEC, headers=admin).status_code == 201
+    for values in ([], [30, 40]):
+        submit(client, "age", values)
+        response = client.get(
+            "/api/v1/campaigns/age/estimate?method=posterior_median", headers=analyst
+        )
         assert response.status_code == 422
         error = response.get_json()["error"]
-        assert error["code"] == "method_not_applicable" and "empirical_bayes" in error["message"]
+        assert error["code"] == "method_not_applicable" and "use ibu" in error["message"]

@@ -232,7 +232,10 @@ def test_the_response_names_the_estimator_and_carries_warnings():
     counts, _ = reports(rr, np.array([0.7, 0.3]), 5000, 1)
     body = estimate(rr, counts).to_dict(rr.domain)
     assert body["method"] == "posterior_median"
-    assert "the posterior median of the respondents' share under a flat prior" in body["estimator"]
+    assert (
+        "the posterior median of each category's respondents under a flat prior"
+        in body["estimator"]
+    )
     assert body["n_iter"] is None
     body = estimate(rr, counts, method="ibu").to_dict(rr.domain)
     assert body["estimator"].startswith("IBU, stopped at ")

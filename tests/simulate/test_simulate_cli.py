@@ -97,8 +97,8 @@ def test_a_sweep_prints_one_row_per_epsilon_n_and_method():
         (2.0, 1000),
         (2.0, 20000),
     }
-    # Every method but posterior_median (randomized response only).
-    assert sorted({r["method"] for r in rows}) == sorted(set(ALL_METHODS) - {"posterior_median"})
+    # Every method: k-RR takes them all.
+    assert sorted({r["method"] for r in rows}) == sorted(ALL_METHODS)
     assert all(0 <= r["tv"] <= 1.5 and r["mse"] >= 0 for r in rows)
     assert document["inputs"] == 6
 
@@ -432,8 +432,11 @@ def test_the_default_methods_are_those_the_mechanism_takes():
     krr = CampaignSpec.from_dict(
         {"id": "b", "title": "B", "mechanism": "krr", "epsilon": 1.0, "domain": ["x", "y", "z"]}
     )
+    geometric = CampaignSpec.from_dict(
+        {"id": "c", "title": "C", "mechanism": "geometric", "epsilon": 1.0, "lo": 0, "hi": 9}
+    )
     assert "posterior_median" in _default_methods(rr)
     assert "empirical_bayes" not in _default_methods(rr)
-    assert "empirical_bayes" in _default_methods(krr)
-    assert "posterior_median" not in _default_methods(krr)
+    assert {"empirical_bayes", "posterior_median"} <= set(_default_methods(krr))
+    assert not {"empirical_bayes", "posterior_median"} & set(_default_methods(geometric))
     assert {"ibu", "inversion", "noisy"} <= set(_default_methods(rr)) & set(_default_methods(krr))
