@@ -58,6 +58,8 @@ EXACT_MAX_VARIANCE = 400.0
 # about 1,600 users at an epsilon of 0.25, has 1.5 million). Over many categories at a low
 # epsilon, where a count says little about its users, the window spans most of 0..n.
 EXACT_MAX_TERMS = 2_000_000
+# ... and over all the distinct counts at most this many (about 0.3 s), the smallest sums first.
+EXACT_MAX_TOTAL_TERMS = 10_000_000
 # How far into the tails the exact likelihood is summed, in standard deviations.
 TAIL_SD = 12.0
 # The raw shares' bias is taken this many standard errors below its estimate.
@@ -185,12 +187,15 @@ def medians(
     hi = np.clip(np.ceil(centre + TAIL_SD * sd / slope) + 2.0, 0.0, n)
     lo, hi = np.minimum(lo, np.maximum(0.0, hi - width)), np.maximum(hi, np.minimum(n, lo + width))
     moved = np.minimum(np.ceil(hi * q_out + TAIL_SD * sd + 2.0), hi)
+    terms = (hi - lo + 1.0) * (moved + 1.0)
     # The exact likelihood is of whole counts.
     exact = (
         (reach <= EXACT_MAX_VARIANCE)
-        & ((hi - lo + 1.0) * (moved + 1.0) <= EXACT_MAX_TERMS)
+        & (terms <= EXACT_MAX_TERMS)
         & (counts == np.round(counts))
     )
+    order = np.argsort(np.where(exact, terms, np.inf), kind="stable")
+    exact[order[np.cumsum(np.where(exact, terms, 0.0)[order]) > EXACT_MAX_TOTAL_TERMS]] = False
     users = np.empty(counts.size)
     for i in np.flatnonzero(exact):
         m, b = np.arange(int(lo[i]), int(hi[i]) + 1), np.arange(int(moved[i]) + 1)

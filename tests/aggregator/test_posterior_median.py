@@ -301,3 +301,17 @@ def test_the_exact_likelihood_s_size_is_bounded():
     assert not fitted.exact_.any()
     assert fitted.frequencies_.sum() == pytest.approx(1.0)
     assert peak < 50e6
+
+
+def test_the_exact_likelihood_s_total_size_is_bounded():
+    # 100 categories at epsilon 1 with 1,400 reports: each count's exact sum is over a million
+    # terms. The smallest sums are exact up to EXACT_MAX_TOTAL_TERMS; the others are normal.
+    channel = channel_for(KRR(epsilon=1.0, domain=[f"c{i}" for i in range(100)]))
+    counts = np.random.default_rng(0).multinomial(1400, np.full(100, 0.01)).astype(float)
+    charged = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(median_module.budget, "charge", charged.append)
+        fitted = PosteriorMedian().fit(counts, channel)
+    assert 0 < fitted.exact_.mean() < 1
+    assert sum(charged) <= 2 * median_module.EXACT_MAX_TOTAL_TERMS
+    assert fitted.frequencies_.sum() == pytest.approx(1.0)
