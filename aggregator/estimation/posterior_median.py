@@ -190,9 +190,7 @@ def medians(
     terms = (hi - lo + 1.0) * (moved + 1.0)
     # The exact likelihood is of whole counts.
     exact = (
-        (reach <= EXACT_MAX_VARIANCE)
-        & (terms <= EXACT_MAX_TERMS)
-        & (counts == np.round(counts))
+        (reach <= EXACT_MAX_VARIANCE) & (terms <= EXACT_MAX_TERMS) & (counts == np.round(counts))
     )
     order = np.argsort(np.where(exact, terms, np.inf), kind="stable")
     exact[order[np.cumsum(np.where(exact, terms, 0.0)[order]) > EXACT_MAX_TOTAL_TERMS]] = False
