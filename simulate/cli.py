@@ -484,9 +484,9 @@ def _population(options: dict[str, Any], template: dict[str, Any] | None) -> Pop
 
 def _default_methods(spec: CampaignSpec) -> list[str]:
     """Every method the spec's mechanism takes (empirical_bayes for k-RR over three categories
-    or more, posterior_median for k-RR); for the large-domain oracles all but
-    IBU, whose every iteration hashes every value under every seed (ask for it with -m ibu,
-    best with --ibu-iterations)."""
+    or more, posterior_median for k-RR and the geometric mechanism); for the large-domain
+    oracles all but IBU, whose every iteration hashes every value under every seed (ask for it
+    with -m ibu, best with --ibu-iterations)."""
     if spec.mechanism in ORACLE_MECHANISMS:
         return [m for m in ALL_METHODS if m not in ("ibu", "empirical_bayes", "posterior_median")]
     mechanism = Mechanism.from_spec(spec)

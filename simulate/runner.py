@@ -261,7 +261,7 @@ def estimate_methods(
             fitted = empirical_bayes(channel).fit(counts, channel)
         elif method == "posterior_median":
             if not takes_posterior_median(channel):
-                continue  # k-RR only
+                continue  # k-RR and the geometric mechanism only
             fitted = posterior_median(channel).fit(counts, channel)
         elif method in _POSTPROCESS:
             try:

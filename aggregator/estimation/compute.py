@@ -118,7 +118,8 @@ def estimate(
         estimator = fitted_bayes.describe()
         warnings = tuple(fitted_bayes.warnings_)
 
-        # k-RR's intervals do not depend on the estimator: this is never called for them.
+        # The intervals of k-RR and of the posterior median do not depend on the estimator:
+        # this is never called for them.
         def refit(redrawn: np.ndarray) -> np.ndarray:
             return bayes().fit(redrawn, channel).frequencies_
 
@@ -150,6 +151,7 @@ def estimate(
         seed=seed,
         unbiased=getattr(fitted, "unbiased_", None),
         replicates=BOOTSTRAP_REPLICATES if n_bootstrap is None else int(n_bootstrap),
+        moves=getattr(fitted, "moves_", None),
     )
     log_lik = getattr(fitted, "log_likelihood_", None)
     return EstimateResult(

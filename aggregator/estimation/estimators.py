@@ -29,7 +29,7 @@ from aggregator.estimation.posterior_median import (
     noise_share,
     takes_posterior_median,
 )
-from shared.mechanisms import KRR, HadamardResponse
+from shared.mechanisms import KRR, Geometric, HadamardResponse
 from shared.oracles import OLH
 
 POSTPROCESS = ("none", "clip", "projection")
@@ -51,6 +51,8 @@ KRR_BLEND = (5.0, 15.0)
 # (noise_share: epsilon 5 or more over 3 categories, 6 over 7 or 10, 7.5 over 30, 8.5 over 100,
 # 11 over 1,000); empirical Bayes elsewhere.
 POSTERIOR_MEDIAN_MAX_NOISE_SHARE = 0.05
+# The geometric mechanism takes it where its noise is under this share (3 per unit or more).
+GEOMETRIC_POSTERIOR_MEDIAN_MAX_NOISE_SHARE = 0.2
 # IBU steps run between two budget checks.
 CHUNK_STEPS = 32
 # The geometric mechanism's default weighs its two IBU runs (from equal shares and from the
@@ -640,11 +642,11 @@ def default_method(channel) -> str:
     ``"projection"`` for the large-domain frequency oracles (OLH, Hadamard response), whose
     IBU steps hash every value under every seed.
 
-    ``"posterior_median"`` for randomized response (k-RR over two labels), and for k-RR over
-    more at a high epsilon (the mechanism's noise under
-    :data:`POSTERIOR_MEDIAN_MAX_NOISE_SHARE` of a count's variance): each category's posterior
-    median under a flat prior, mixed with its raw report share
-    (:mod:`aggregator.estimation.posterior_median`).
+    ``"posterior_median"`` for randomized response (k-RR over two labels), for k-RR over more
+    at a high epsilon (the mechanism's noise under :data:`POSTERIOR_MEDIAN_MAX_NOISE_SHARE` of
+    the counts' variance) and for the geometric mechanism at a high epsilon (under
+    :data:`GEOMETRIC_POSTERIOR_MEDIAN_MAX_NOISE_SHARE`): each category's posterior median under
+    a flat prior, mixed with its raw report share (:mod:`aggregator.estimation.posterior_median`).
 
     ``"empirical_bayes"`` for k-RR over three categories or more otherwise: posterior means
     under a nonparametric prior fitted to the counts, with the raw report shares mixed in
@@ -656,8 +658,15 @@ def default_method(channel) -> str:
         channel, "intervals_around_unbiased", False
     ):
         return ORACLE_DEFAULT_METHOD
-    if is_binary(channel) or (
-        has_empirical_bayes(channel) and noise_share(channel) < POSTERIOR_MEDIAN_MAX_NOISE_SHARE
+    if (
+        is_binary(channel)
+        or (
+            has_empirical_bayes(channel) and noise_share(channel) < POSTERIOR_MEDIAN_MAX_NOISE_SHARE
+        )
+        or (
+            isinstance(channel, (GeometricChannel, Geometric))
+            and noise_share(channel) < GEOMETRIC_POSTERIOR_MEDIAN_MAX_NOISE_SHARE
+        )
     ):
         return "posterior_median"
     return "empirical_bayes" if has_empirical_bayes(channel) else "ibu"
@@ -691,9 +700,10 @@ def empirical_bayes(channel) -> KRREmpiricalBayes:
 
 
 def posterior_median(channel) -> PosteriorMedian:
-    """k-RR's posterior median per category, mixed with the raw report shares."""
+    """The posterior median per category (k-RR, the geometric mechanism), mixed with the raw
+    report shares."""
     if not takes_posterior_median(channel):
-        raise ValueError("the posterior median estimates k-RR")
+        raise ValueError("the posterior median estimates k-RR and the geometric mechanism")
     return PosteriorMedian()
 
 

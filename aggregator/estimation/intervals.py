@@ -147,6 +147,7 @@ def confidence_interval(
     seed: int = 0,
     unbiased: np.ndarray | None = None,
     replicates: int = BOOTSTRAP_REPLICATES,
+    moves: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Interval:
     """Confidence intervals at level ``confidence`` for the estimate ``point``.
 
@@ -171,6 +172,11 @@ def confidence_interval(
         simplex) gets the analytic interval.
     replicates : int
         Bootstrap replicates.
+    moves : (q_in, q_out), optional
+        Where the estimate takes each value as its own two-way problem (the posterior median
+        over the geometric mechanism): the share of the other users' reports that move to each
+        value and the chance that one of its own moves off it. Each value's report share then
+        gets its Wilson score interval, mapped through them, as k-RR's categories do.
     """
     counts = np.asarray(counts, dtype=float)
     point = np.asarray(point, dtype=float)
@@ -194,10 +200,17 @@ def confidence_interval(
         if not np.array_equal(point, unbiased):
             method += ", widened where needed to hold the estimate"
     elif isinstance(channel, KRRChannel):
-        low, high = krr_score_interval(counts, channel, point, confidence)
+        moves = (np.asarray(channel.p_other), np.asarray(1.0 - channel.p_keep))
+        low, high = score_interval(counts, *moves, point, confidence)
         method = (
             "Wilson score interval of each category's report share, mapped to its frequency "
             "(one-sided at zero)"
+        )
+    elif moves is not None:
+        low, high = score_interval(counts, *moves, point, confidence)
+        method = (
+            "Wilson score interval of each value's report share, mapped to its frequency through "
+            "the reports moved to and off it (one-sided at zero)"
         )
     elif unbiased is not None and np.array_equal(point, unbiased):
         low, high = analytic_interval(counts, channel, unbiased, confidence, seed)
@@ -358,28 +371,37 @@ def _window_sums(table: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarray
     return sums, np.outer(bottom - top, right - left)
 
 
-def krr_score_interval(
-    counts: np.ndarray, channel: KRRChannel, point: np.ndarray, confidence: float
+def score_interval(
+    counts: np.ndarray,
+    q_in: np.ndarray,
+    q_out: np.ndarray,
+    point: np.ndarray,
+    confidence: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Wilson score intervals of the report shares, mapped to frequencies (one-sided at zero).
+    """Wilson score intervals of the report shares, mapped to frequencies (one-sided at zero)
+    through ``q_in`` (the share of the other users' reports that move to a value; k-RR's
+    ``p_other``) and ``q_out`` (the chance that a report moves off its value; ``1 - p_keep``),
+    one for all values or one per value: a report share ``r`` is the frequency
+    ``(r - q_in) / (1 - q_in - q_out)``.
 
     Returns bounds before the final clipping; ``point`` decides where the lower end is 0.
     """
     n = counts.sum()
-    slope = channel.p_keep - channel.p_other
-    if slope <= 0:
+    q_in, q_out = np.broadcast_to(q_in, counts.shape), np.broadcast_to(q_out, counts.shape)
+    slope = 1.0 - q_in - q_out
+    if np.any(slope <= 0):
         # Reports independent of the true value: the data rule out no frequency at all.
-        return np.zeros(channel.n_inputs), np.ones(channel.n_inputs)
+        return np.zeros(counts.size), np.ones(counts.size)
     low_q, high_q = wilson_interval(counts, n, z_value(confidence))
-    low = (low_q - channel.p_other) / slope
-    high = (high_q - channel.p_other) / slope
+    low = (low_q - q_in) / slope
+    high = (high_q - q_in) / slope
     at_zero = (low <= 0) | (point <= 0)
     if np.any(at_zero):
         # One-sided: P(p_x > upper) = 1 - confidence, the lower end is the boundary itself.
         one_sided = float(norm.ppf(confidence))
         upper_q = wilson_interval(counts[at_zero], n, one_sided)[1]
         low[at_zero] = 0.0
-        high[at_zero] = (upper_q - channel.p_other) / slope
+        high[at_zero] = (upper_q - q_in[at_zero]) / slope[at_zero]
     return low, high
 
 

@@ -1,5 +1,5 @@
-"""The posterior median of each category's users: randomized response's default, and k-RR's at
-a high epsilon.
+"""The posterior median of each category's users: randomized response's default, and k-RR's and
+the geometric mechanism's at a high epsilon.
 
 k-RR reports each user's category, kept with probability ``p_keep`` and otherwise replaced by
 one of the others. Of ``n`` respondents, ``m`` hold a category; its report count is
@@ -38,6 +38,15 @@ Over three categories or more the service takes this only at a high epsilon
 (:func:`estimators.default_method`): with more noise, a prior fitted to all the counts
 (empirical Bayes) pools what the categories have in common, which a flat prior per category
 cannot.
+
+The geometric mechanism moves a report to the values near its user's, so the reports moving
+to a value come from its neighbours, in numbers that depend on theirs. Each value is taken as
+above with its own ``q_out`` (the mechanism's chance of moving a report off it, smaller at the
+range's ends, where the noise is clamped) and ``q_in`` (the share of the other users' reports
+that move to it), the latter with the other values' users at the raw report shares, then at the
+medians (:data:`PLUG_IN_ROUNDS`). At a high epsilon, where a report moves at most one value
+away, few reports move at all and this is what the counts support; the service takes it there
+(docs/estimation.md).
 """
 
 from __future__ import annotations
@@ -47,7 +56,8 @@ from scipy import special, stats
 
 from aggregator.estimation import budget
 from aggregator.estimation.channels import KRRChannel, log_likelihood, report_counts
-from shared.mechanisms import KRR
+from aggregator.estimation.ordinal import GeometricChannel
+from shared.mechanisms import KRR, Geometric
 
 # Above this variance of a count (a standard deviation of 20 reports) the likelihood is taken
 # as normal; at or below it, exact. The exact one sums about (24 sd / (1 - s)) x
@@ -61,9 +71,12 @@ EXACT_MAX_TERMS = 2_000_000
 # ... and over all the distinct counts at most this many (about 0.3 s), the smallest sums first.
 EXACT_MAX_TOTAL_TERMS = 10_000_000
 # How far into the tails the exact likelihood is summed, in standard deviations.
-TAIL_SD = 12.0
+TAIL_SD = 6.0
 # The raw shares' bias is taken this many standard errors below its estimate.
 BIAS_STANDARD_ERRORS = 2.0
+# The geometric mechanism: the other values' users are taken at the raw report shares, then at
+# the medians, this many times in all.
+PLUG_IN_ROUNDS = 2
 
 
 def is_binary(subject) -> bool:
@@ -73,18 +86,29 @@ def is_binary(subject) -> bool:
 
 
 def takes_posterior_median(subject) -> bool:
-    """Whether ``subject`` (a channel, or the mechanism it is built from) is k-RR, which
-    :class:`PosteriorMedian` estimates."""
-    return isinstance(subject, (KRRChannel, KRR))
+    """Whether ``subject`` (a channel, or the mechanism it is built from) is k-RR or the
+    geometric mechanism, which :class:`PosteriorMedian` estimates."""
+    return isinstance(subject, (KRRChannel, KRR, GeometricChannel, Geometric))
 
 
 def noise_share(subject) -> float:
-    """The mechanism's share of a k-RR count's variance with every share ``1 / k``: its noise
-    given the users, against that of users drawn from a population (the multinomial's). Near
-    0 at a high epsilon, where the reports are nearly the users' own answers."""
-    k, keep, other = subject.n_inputs, subject.p_keep, subject.p_other
-    noise = (keep * (1.0 - keep) + (k - 1) * other * (1.0 - other)) / k
-    return float(noise / ((1.0 / k) * (1.0 - 1.0 / k)))
+    """The mechanism's share of the report counts' variance with every share ``1 / k``: its
+    noise given the users, against that of users drawn from a population (the multinomial's,
+    ``1 - 1 / k`` in all). Near 0 at a high epsilon, where the reports are nearly the users'
+    own answers. For k-RR or the geometric mechanism (``subject`` a channel or the mechanism);
+    the geometric mechanism's is taken away from the range's ends, where it is largest.
+
+    The noise of the reports of the users holding ``x`` is ``1 - sum_y C[x, y]^2`` in all: for
+    k-RR ``1 - p_keep^2 - (k - 1) p_other^2``, for the geometric mechanism's interior
+    ``1 - ((1 - a) / (1 + a))^2 (1 + a^2) / (1 - a^2)`` (``a = exp(-epsilon)``).
+    """
+    k = subject.n_inputs
+    if isinstance(subject, (GeometricChannel, Geometric)):
+        a = subject.alpha
+        noise = 1.0 - ((1.0 - a) / (1.0 + a)) ** 2 * (1.0 + a * a) / (1.0 - a * a)
+    else:
+        noise = 1.0 - subject.p_keep**2 - (k - 1) * subject.p_other**2
+    return float(noise / (1.0 - 1.0 / k)) if k > 1 else 0.0
 
 
 class PosteriorMedian:
@@ -97,32 +121,56 @@ class PosteriorMedian:
     warnings_, median_ (the posterior medians' shares, before the mix), raw_weight_ (each
     category's raw share's part in the mix), exact_ (for each category, whether its median
     is on the exact likelihood), degenerate_ (why the estimate is the raw shares whatever the
-    counts, or None).
+    counts, or None), geometric_ (whether the channel was the geometric mechanism's), moves_
+    (for the geometric mechanism, each value's ``q_in`` and ``q_out`` as last taken, which
+    its intervals map the report shares through; None for k-RR, whose are the channel's).
     """
 
     def fit(self, counts, channel) -> PosteriorMedian:
         if not takes_posterior_median(channel):
-            raise TypeError(f"the posterior median is for k-RR, got {type(channel).__name__}")
+            raise TypeError(
+                "the posterior median is for k-RR and the geometric mechanism, "
+                f"got {type(channel).__name__}"
+            )
         counts = report_counts(counts, channel)
         n = float(counts.sum())
         raw = counts / n
-        q_in, q_out = float(channel.p_other), float(1.0 - channel.p_keep)
+        geometric = self.geometric_ = isinstance(channel, GeometricChannel)
+        self.moves_: tuple[np.ndarray, np.ndarray] | None = None
         # Where the reports say nothing about the answers, or are them: the raw shares.
         self.degenerate_ = (
-            "the reports say nothing about the answers"
-            if channel.p_keep <= channel.p_other
-            else "the mechanism changes no answer"
-            if q_in <= 0.0
+            "the mechanism changes no answer"
+            if (channel.alpha if geometric else channel.p_other) <= 0.0 or counts.size == 1
+            else "the reports say nothing about the answers"
+            if not geometric and channel.p_keep <= channel.p_other
             else None
         )
-        if self.degenerate_ is None:
-            self.raw_weight_ = raw_weights(counts, n, q_in, q_out)
+        if self.degenerate_ is None and geometric:
+            # The reports moved to each value are taken from the other values' users at the
+            # raw shares, then at the medians.
+            self.median_ = raw
+            for _ in range(PLUG_IN_ROUNDS):
+                q_in, q_out = geometric_moves(channel, self.median_)
+                users, self.exact_ = medians(counts, n, q_in, q_out)
+                self.median_ = users / users.sum() if users.sum() > 0 else raw
+            # The raw shares' bias and the inversion's variance: the channel's own, whose
+            # inverse mixes each value with its neighbours' noise.
+            inversion = channel.solve_with_info(raw)[0]
+            variance = np.maximum(channel.inversion_second_moment(raw) - inversion**2, 0.0) / n
+            bias = channel.forward(inversion) - inversion
+            self.raw_weight_ = least_bias_weights(bias, variance, q_in + q_out)
+            self.moves_ = (q_in, q_out)
+        elif self.degenerate_ is None:
+            other, moved = float(channel.p_other), float(1.0 - channel.p_keep)
+            self.raw_weight_ = raw_weights(counts, n, other, moved)
             distinct, row_of = np.unique(counts, return_inverse=True)
-            users, exact = medians(distinct, n, q_in, q_out)
+            users, exact = medians(distinct, n, other, moved)
             self.median_, self.exact_ = users[row_of] / n, exact[row_of]
         else:
             self.raw_weight_, self.median_ = np.ones(counts.size), raw
             self.exact_ = np.zeros(counts.size, dtype=bool)
+            if geometric:  # no moves: the intervals are the report shares'
+                self.moves_ = (np.zeros(counts.size), np.zeros(counts.size))
         mixed = self.raw_weight_ * raw + (1.0 - self.raw_weight_) * self.median_
         self.frequencies_ = mixed / mixed.sum()
         self.n_iter_ = self.converged_ = None
@@ -141,10 +189,18 @@ class PosteriorMedian:
             if not self.exact_.any()
             else "exact likelihood for the smaller counts, normal for the others"
         )
-        text = (
-            "the posterior median of each category's respondents under a flat prior "
-            f"({likelihood} of the mechanism's changes)"
-        )
+        if self.geometric_:
+            text = (
+                "the posterior median of each value's respondents under a flat prior "
+                f"({likelihood} of the mechanism's moves, those from the other values taken "
+                "at their medians)"
+            )
+        else:
+            text = (
+                "the posterior median of each category's respondents under a flat prior "
+                f"({likelihood} of the mechanism's changes)"
+            )
+        unit = "value" if self.geometric_ else "category"
         low, high = float(self.raw_weight_.min()), float(self.raw_weight_.max())
         if high == 0.0:
             return text
@@ -157,16 +213,30 @@ class PosteriorMedian:
         if low == high:
             return f"{1.0 - low:.0%} " + text + f", {low:.0%} the raw report shares ({weighted})"
         return (
-            text + f", mixed with the raw report shares by category ({low:.0%} to {high:.0%} "
+            text + f", mixed with the raw report shares by {unit} ({low:.0%} to {high:.0%} "
             f"of each; {weighted})"
         )
 
 
-def medians(
-    counts: np.ndarray, n: float, q_in: float, q_out: float
-) -> tuple[np.ndarray, np.ndarray]:
+def geometric_moves(channel: GeometricChannel, shares: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each value's ``q_in`` and ``q_out`` under the geometric mechanism, the users' values
+    at ``shares``: the share of the other users' reports that move to it, and the chance that a
+    report of its own moves off it (``2a / (1 + a)`` inside the range, ``a / (1 + a)`` at its
+    ends, where the noise is clamped)."""
+    a, k = channel.alpha, channel.n_inputs
+    stay = np.full(k, (1.0 - a) / (1.0 + a))
+    stay[[0, -1]] = 1.0 / (1.0 + a)
+    others = 1.0 - shares
+    arriving = channel.forward(shares) - shares * stay
+    q_in = np.divide(arriving, others, out=np.zeros(k), where=others > 0.0)
+    return np.clip(q_in, 0.0, 1.0), 1.0 - stay
+
+
+def medians(counts: np.ndarray, n: float, q_in, q_out) -> tuple[np.ndarray, np.ndarray]:
     """The posterior median of the users holding a category with each of ``counts`` reports,
-    and whether it is on the exact likelihood (module docstring)."""
+    and whether it is on the exact likelihood (module docstring); ``q_in`` and ``q_out`` are
+    one for all the counts or one per count."""
+    q_in, q_out = np.broadcast_to(q_in, counts.shape), np.broadcast_to(q_out, counts.shape)
     slope = 1.0 - q_in - q_out
     centre = (counts - n * q_in) / slope  # the inversion, in users
 
@@ -197,13 +267,17 @@ def medians(
     users = np.empty(counts.size)
     for i in np.flatnonzero(exact):
         m, b = np.arange(int(lo[i]), int(hi[i]) + 1), np.arange(int(moved[i]) + 1)
-        users[i] = _exact_median(counts[i], n, q_in, q_out, m, b)
-    normal = ~exact
-    if normal.any():
-        # At the inversion's variance: the inversion, kept within [0, n].
-        sd = np.sqrt(variance(centre[normal])) / slope
-        at = centre[normal]
-        users[normal] = stats.truncnorm.median(-at / sd, (n - at) / sd, at, sd)
+        users[i] = _exact_median(counts[i], n, q_in[i], q_out[i], m, b)
+    # Elsewhere at the inversion's variance: the inversion, kept within [0, n] (no noise: the
+    # inversion itself).
+    at = centre.copy()
+    sd = np.sqrt(variance(centre)) / slope
+    normal = ~exact & (sd > 0.0)
+    users[normal] = stats.truncnorm.median(
+        -at[normal] / sd[normal], (n - at[normal]) / sd[normal], at[normal], sd[normal]
+    )
+    still = ~exact & ~normal
+    users[still] = np.clip(at[still], 0.0, n)
     return users, exact
 
 
@@ -251,17 +325,25 @@ def _where(inside: np.ndarray, term, values: np.ndarray) -> np.ndarray:
     return out
 
 
-def raw_weights(counts: np.ndarray, n: float, q_in: float, q_out: float) -> np.ndarray:
+def raw_weights(counts: np.ndarray, n: float, q_in, q_out) -> np.ndarray:
     """Each category's raw report share's weight in the mix with its posterior median
-    (module docstring)."""
+    (module docstring); ``q_in`` and ``q_out`` as for :func:`medians`."""
+    q_in, q_out = np.broadcast_to(q_in, counts.shape), np.broadcast_to(q_out, counts.shape)
     spread = q_in + q_out
     slope = 1.0 - spread
     inversion = (counts / n - q_in) / slope
     at = np.clip(inversion, 0.0, 1.0)
     variance = (at * q_out * (1.0 - q_out) + (1.0 - at) * q_in * (1.0 - q_in)) / (n * slope**2)
-    bias = np.abs(q_in - spread * inversion) - BIAS_STANDARD_ERRORS * spread * np.sqrt(variance)
-    bias = np.maximum(bias, 0.0)
-    weights = np.ones(counts.size)
-    apart = bias * bias > spread * variance  # elsewhere the raw share alone
-    weights[apart] = spread * variance[apart] / (bias[apart] * bias[apart])
+    return least_bias_weights(q_in - spread * inversion, variance, spread)
+
+
+def least_bias_weights(bias: np.ndarray, variance: np.ndarray, spread: np.ndarray) -> np.ndarray:
+    """The raw shares' weights ``s V / b^2`` (at most 1) in the mix with an estimate, given
+    their estimated ``bias``, the inversion's ``variance`` and the moves' ``spread``
+    (``q_in + q_out``), with ``b`` the bias :data:`BIAS_STANDARD_ERRORS` standard errors
+    (``s sqrt(V)``) below its estimate (module docstring)."""
+    least = np.maximum(np.abs(bias) - BIAS_STANDARD_ERRORS * spread * np.sqrt(variance), 0.0)
+    weights = np.ones(bias.size)
+    apart = least * least > spread * variance  # elsewhere the raw share alone
+    weights[apart] = spread[apart] * variance[apart] / (least[apart] * least[apart])
     return weights

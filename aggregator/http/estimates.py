@@ -166,7 +166,7 @@ def not_applicable(mechanism: Mechanism, method: str) -> str | None:
         )
     if method == "posterior_median" and not takes_posterior_median(mechanism):
         return (
-            "posterior_median estimates k-RR and randomized response campaigns; "
+            "posterior_median estimates k-RR, randomized response and geometric campaigns; "
             f"use {default_method(mechanism)}"
         )
     if (

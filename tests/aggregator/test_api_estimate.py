@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 import pytest
-from aggregator_testdata import GEOMETRIC_SPEC, KRR_SPEC, submit
+from aggregator_testdata import GEOMETRIC_SPEC, KRR_SPEC, PLANAR_SPEC, submit
 
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
@@ -157,12 +157,18 @@ def test_randomized_response_defaults_to_the_posterior_median(client, admin, ana
     submit(client, "sharp", ["apple", "banana"] * 20)
     body = client.get("/api/v1/campaigns/sharp/estimate", headers=analyst).get_json()
     assert body["method"] == "posterior_median"
-    # Other mechanisms: 422 naming their default, with reports or without.
+    # The geometric mechanism takes it on request.
     assert client.post("/api/v1/campaigns", json=GEOMETRIC_SPEC, headers=admin).status_code == 201
-    for values in ([], [30, 40]):
-        submit(client, "age", values)
+    submit(client, "age", [30, 40] * 10)
+    body = client.get("/api/v1/campaigns/age/estimate?method=posterior_median", headers=analyst)
+    assert body.get_json()["method"] == "posterior_median"
+    # Other mechanisms: 422 naming their default, with reports or without.
+    assert client.post("/api/v1/campaigns", json=PLANAR_SPEC, headers=admin).status_code == 201
+    centre = Mechanism.from_spec(CampaignSpec.from_dict(PLANAR_SPEC)).report_value(0)
+    for values in ([], [centre]):
+        submit(client, "where", values)
         response = client.get(
-            "/api/v1/campaigns/age/estimate?method=posterior_median", headers=analyst
+            "/api/v1/campaigns/where/estimate?method=posterior_median", headers=analyst
         )
         assert response.status_code == 422
         error = response.get_json()["error"]

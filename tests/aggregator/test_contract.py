@@ -410,7 +410,7 @@ def test_every_documented_query_bound_is_enforced(served, client, analyst, krr_c
                         Mechanism.from_spec(CampaignSpec.from_dict(KRR_SPEC)), value
                     )
                     if side == "inside" and refused:
-                        # A method of another mechanism (posterior_median: randomized response).
+                        # A method the campaign's mechanism cannot use.
                         assert response.status_code == 422, where
                         assert response.get_json()["error"]["code"] == "method_not_applicable"
                     elif side == "inside":

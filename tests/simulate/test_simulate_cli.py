@@ -435,8 +435,20 @@ def test_the_default_methods_are_those_the_mechanism_takes():
     geometric = CampaignSpec.from_dict(
         {"id": "c", "title": "C", "mechanism": "geometric", "epsilon": 1.0, "lo": 0, "hi": 9}
     )
+    planar = CampaignSpec.from_dict(
+        {
+            "id": "d",
+            "title": "D",
+            "mechanism": "planar_laplace",
+            "epsilon": 0.01,
+            "region": {"lat_min": 37.77, "lat_max": 37.78, "lon_min": -122.42, "lon_max": -122.41},
+            "cell_size_m": 200,
+        }
+    )
     assert "posterior_median" in _default_methods(rr)
     assert "empirical_bayes" not in _default_methods(rr)
     assert {"empirical_bayes", "posterior_median"} <= set(_default_methods(krr))
-    assert not {"empirical_bayes", "posterior_median"} & set(_default_methods(geometric))
+    assert "posterior_median" in _default_methods(geometric)
+    assert "empirical_bayes" not in _default_methods(geometric)
+    assert not {"empirical_bayes", "posterior_median"} & set(_default_methods(planar))
     assert {"ibu", "inversion", "noisy"} <= set(_default_methods(rr)) & set(_default_methods(krr))
