@@ -60,17 +60,18 @@ from aggregator.estimation.ordinal import GeometricChannel
 from shared.mechanisms import KRR, Geometric
 
 # Above this variance of a count (a standard deviation of 20 reports) the likelihood is taken
-# as normal; at or below it, exact. The exact one sums about (24 sd / (1 - s)) x
-# (m q_out + 12 sd) terms per distinct count (far fewer for a small category at a high
+# as normal; at or below it, exact. The exact one sums about (12 sd / (1 - s)) x
+# (m q_out + 6 sd) terms per distinct count (far fewer for a small category at a high
 # epsilon, whose count varies by a report or two) ...
 EXACT_MAX_VARIANCE = 400.0
 # ... and at most this many (about 16 MB per array of them; randomized response's widest,
-# about 1,600 users at an epsilon of 0.25, has 1.5 million). Over many categories at a low
+# about 1,600 users at an epsilon of 0.25, has 1.3 million). Over many categories at a low
 # epsilon, where a count says little about its users, the window spans most of 0..n.
 EXACT_MAX_TERMS = 2_000_000
 # ... and over all the distinct counts at most this many (about 0.3 s), the smallest sums first.
 EXACT_MAX_TOTAL_TERMS = 10_000_000
-# How far into the tails the exact likelihood is summed, in standard deviations.
+# How far into the tails the exact likelihood is summed, in standard deviations (over 1,815
+# random counts and flips the median was the same at 12; so were the sweeps' figures).
 TAIL_SD = 6.0
 # The raw shares' bias is taken this many standard errors below its estimate.
 BIAS_STANDARD_ERRORS = 2.0
