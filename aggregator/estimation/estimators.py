@@ -51,8 +51,10 @@ KRR_BLEND = (5.0, 15.0)
 # (noise_share: epsilon 5 or more over 3 categories, 6 over 7 or 10, 7.5 over 30, 8.5 over 100,
 # 11 over 1,000); empirical Bayes elsewhere.
 POSTERIOR_MEDIAN_MAX_NOISE_SHARE = 0.05
-# The geometric mechanism takes it where its noise is under this share (3 per unit or more).
+# The geometric mechanism takes it where its noise is under this share (3 per unit or more), over
+# at most this many values (about 0.3 s; its medians are a step per value).
 GEOMETRIC_POSTERIOR_MEDIAN_MAX_NOISE_SHARE = 0.2
+GEOMETRIC_POSTERIOR_MEDIAN_MAX_VALUES = 1000
 # IBU steps run between two budget checks.
 CHUNK_STEPS = 32
 # The geometric mechanism's default weighs its two IBU runs (from equal shares and from the
@@ -645,7 +647,8 @@ def default_method(channel) -> str:
     ``"posterior_median"`` for randomized response (k-RR over two labels), for k-RR over more
     at a high epsilon (the mechanism's noise under :data:`POSTERIOR_MEDIAN_MAX_NOISE_SHARE` of
     the counts' variance) and for the geometric mechanism at a high epsilon (under
-    :data:`GEOMETRIC_POSTERIOR_MEDIAN_MAX_NOISE_SHARE`): each category's posterior median under
+    :data:`GEOMETRIC_POSTERIOR_MEDIAN_MAX_NOISE_SHARE`, over at most
+    :data:`GEOMETRIC_POSTERIOR_MEDIAN_MAX_VALUES` values): each category's posterior median under
     a flat prior, mixed with its raw report share (:mod:`aggregator.estimation.posterior_median`).
 
     ``"empirical_bayes"`` for k-RR over three categories or more otherwise: posterior means
@@ -666,6 +669,7 @@ def default_method(channel) -> str:
         or (
             isinstance(channel, (GeometricChannel, Geometric))
             and noise_share(channel) < GEOMETRIC_POSTERIOR_MEDIAN_MAX_NOISE_SHARE
+            and channel.n_inputs <= GEOMETRIC_POSTERIOR_MEDIAN_MAX_VALUES
         )
     ):
         return "posterior_median"

@@ -68,8 +68,10 @@ EXACT_MAX_VARIANCE = 400.0
 # about 1,600 users at an epsilon of 0.25, has 1.3 million). Over many categories at a low
 # epsilon, where a count says little about its users, the window spans most of 0..n.
 EXACT_MAX_TERMS = 2_000_000
-# ... and over all the distinct counts at most this many (about 0.3 s), the smallest sums first.
+# ... and over all the distinct counts at most this many (about 0.3 s), the smallest sums first,
+# for at most this many counts (each a step of its own: about 0.1 ms even when small).
 EXACT_MAX_TOTAL_TERMS = 10_000_000
+EXACT_MAX_COUNTS = 2000
 # How far into the tails the exact likelihood is summed, in standard deviations (over 1,815
 # random counts and flips the median was the same at 12; so were the sweeps' figures).
 TAIL_SD = 6.0
@@ -265,6 +267,7 @@ def medians(counts: np.ndarray, n: float, q_in, q_out) -> tuple[np.ndarray, np.n
     )
     order = np.argsort(np.where(exact, terms, np.inf), kind="stable")
     exact[order[np.cumsum(np.where(exact, terms, 0.0)[order]) > EXACT_MAX_TOTAL_TERMS]] = False
+    exact[order[EXACT_MAX_COUNTS:]] = False
     users = np.empty(counts.size)
     for i in np.flatnonzero(exact):
         m, b = np.arange(int(lo[i]), int(hi[i]) + 1), np.arange(int(moved[i]) + 1)

@@ -30,7 +30,7 @@ from aggregator.estimation.posterior_median import (
 from scripts.bench_estimators import Case, krr_case
 from scripts.measure_stopping import geometric_truths
 from shared.mechanisms import KRR, Geometric, Mechanism, RandomizedResponse
-from shared.spec import CampaignSpec
+from shared.spec import MAX_RANGE_VALUES, CampaignSpec
 
 
 def reports(epsilon: float, share: float, n: int, seed: int) -> tuple[np.ndarray, float]:
@@ -391,3 +391,15 @@ def test_a_geometric_estimate_names_it_and_holds_its_intervals():
     assert np.all(result.ci_low <= result.frequencies)
     assert np.all(result.frequencies <= result.ci_high)
     assert np.all(result.ci_high - result.ci_low > 0)
+
+
+def test_over_many_values_the_exact_medians_are_bounded_in_number():
+    # Each exact median is a step of its own: over the largest range a geometric campaign may
+    # have, most take the normal likelihood, and the default stays IBU above 1,000 values.
+    assert default_method(Geometric(epsilon=4.0, lo=0, hi=999)) == "posterior_median"
+    assert default_method(Geometric(epsilon=4.0, lo=0, hi=1000)) == "ibu"
+    channel = channel_for(Geometric(epsilon=4.0, lo=0, hi=MAX_RANGE_VALUES - 1))
+    counts = np.random.default_rng(0).poisson(1.0, MAX_RANGE_VALUES).astype(float)
+    fitted = PosteriorMedian().fit(counts, channel)
+    assert fitted.exact_.sum() == median_module.EXACT_MAX_COUNTS
+    assert fitted.frequencies_.sum() == pytest.approx(1.0)
