@@ -13,6 +13,7 @@ import math
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -86,6 +87,20 @@ def _wait_until_up(process: subprocess.Popen, url: str, seconds: float = STARTUP
     raise click.ClickException(f"the aggregator did not answer on {url} within {seconds:g} s")
 
 
+def _refuse_a_taken_port(host: str, port: int) -> None:
+    """ClickException if something already accepts connections on ``host:port``: its health
+    check would pass for the demo's own server, and the demo's tokens would not be its."""
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            pass
+    except OSError:
+        return
+    raise click.ClickException(
+        f"{host}:{port} is already in use (another aggregator or program): stop it, or choose "
+        "another port with --port"
+    )
+
+
 def _existing_reports(url: str, campaign_id: str, analyst_token: str) -> int:
     response = requests.get(
         f"{url}/api/v1/campaigns/{campaign_id}/counts",
@@ -129,6 +144,7 @@ def main(host: str, port: int, data_dir: str, users: int, exit_after_setup: bool
         "LDP_REPORT_BUDGET": os.environ.get("LDP_REPORT_BUDGET", "1000000 per hour"),
     }
     url = f"http://{host}:{port}"
+    _refuse_a_taken_port(host, port)
     command = [sys.executable, "-m", "aggregator.cli", "serve", "--host", host, "--port", str(port)]
     Path(data_dir).mkdir(parents=True, exist_ok=True)
     log_path = Path(data_dir) / "server.log"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ from pathlib import Path
 import click
 import pytest
 import requests
+from click.testing import CliRunner
 from support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,8 +83,6 @@ def test_a_server_that_never_answers_is_a_clear_error(slow_server):
 
 
 def test_demo_options_with_short_help():
-    from click.testing import CliRunner
-
     result = CliRunner().invoke(load_demo().main, ["-h"])
     assert result.exit_code == 0
     assert "--exit-after-setup" in result.stdout
@@ -115,3 +115,17 @@ def test_demo_fills_campaigns_and_prints_the_dashboard(tmp_path):
         raise AssertionError("the demo left its server running")
     except requests.ConnectionError:
         pass
+
+
+def test_the_demo_refuses_a_port_already_in_use(tmp_path):
+    # Before, another server's health check passed for the demo's own, which then failed on
+    # its first request with that server's tokens (401).
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(
+            load_demo().main, ["--port", str(port), "--data-dir", str(tmp_path / "data")]
+        )
+    assert result.exit_code == 1
+    assert f"127.0.0.1:{port} is already in use" in result.output
