@@ -108,20 +108,15 @@ def estimate(
     fitted: IBU | TwoStartIBU | KRREmpiricalBayes | PosteriorMedian | MatrixInversion
     details: dict[str, Any] = {}
     if method in ("empirical_bayes", "posterior_median"):
-
-        def bayes() -> KRREmpiricalBayes | PosteriorMedian:
-            if method == "empirical_bayes":
-                return empirical_bayes(channel)
-            return posterior_median(channel)
-
-        fitted = fitted_bayes = bayes().fit(counts, channel)
+        bayes = empirical_bayes if method == "empirical_bayes" else posterior_median
+        fitted = fitted_bayes = bayes(channel).fit(counts, channel)
         estimator = fitted_bayes.describe()
         warnings = tuple(fitted_bayes.warnings_)
 
         # The intervals of k-RR and of the posterior median do not depend on the estimator:
         # this is never called for them.
         def refit(redrawn: np.ndarray) -> np.ndarray:
-            return bayes().fit(redrawn, channel).frequencies_
+            return bayes(channel).fit(redrawn, channel).frequencies_
 
     elif method == "ibu":
         fitted = ibu = cross_validated_ibu(channel, seed=seed).fit(counts, channel)

@@ -20,7 +20,7 @@ import numpy as np
 from scipy.special import expit
 
 from aggregator.estimation import budget, parallel, planar_steps
-from aggregator.estimation.channels import KRRChannel, log_likelihood
+from aggregator.estimation.channels import KRRChannel, log_likelihood, report_counts
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.ordinal import GeometricChannel
 from aggregator.estimation.posterior_median import (
@@ -73,17 +73,6 @@ RAW_MIX_MAX_VALUES = 300
 RAW_MIX_MAX_WORK = 20_000_000
 
 
-def _as_counts(counts, channel) -> np.ndarray:
-    counts = np.asarray(counts, dtype=float)
-    if counts.shape != (channel.n_outputs,):
-        raise ValueError(f"expected {channel.n_outputs} counts, got shape {counts.shape}")
-    if np.any(counts < 0) or not np.all(np.isfinite(counts)):
-        raise ValueError("counts must be finite and non-negative")
-    if counts.sum() <= 0:
-        raise ValueError("no reports to estimate from")
-    return counts
-
-
 def project_to_simplex(v: np.ndarray) -> np.ndarray:
     """The Euclidean projection of ``v`` onto the probability simplex.
 
@@ -122,7 +111,7 @@ class MatrixInversion:
         self.postprocess = postprocess
 
     def fit(self, counts, channel) -> MatrixInversion:
-        counts = _as_counts(counts, channel)
+        counts = report_counts(counts, channel)
         self.n_ = counts.sum()
         self.unbiased_, self.converged_ = channel.solve_counts(counts)
         if self.postprocess == "clip":
@@ -458,7 +447,7 @@ class IBU:
 
     def fit(self, counts, channel, n_iter: int | None = None) -> IBU:
         """Estimate from ``counts``; ``n_iter`` forces a fixed number of iterations."""
-        counts = _as_counts(counts, channel)
+        counts = report_counts(counts, channel)
         if self.start == "reports" and channel.n_inputs != channel.n_outputs:
             raise ValueError("IBU can start from the report shares only where reports are values")
         self.n_ = counts.sum()
@@ -531,7 +520,7 @@ class TwoStartIBU:
         self.raw_mix = raw_mix
 
     def fit(self, counts, channel) -> TwoStartIBU:
-        counts = _as_counts(counts, channel)
+        counts = report_counts(counts, channel)
         self.runs_ = [
             IBU(seed=self.seed, folds=DEFAULT_FOLDS, start=start).fit(counts, channel)
             for start in STARTS

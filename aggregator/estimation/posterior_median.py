@@ -84,7 +84,9 @@ PLUG_IN_ROUNDS = 2
 
 def is_binary(subject) -> bool:
     """Whether ``subject`` (a channel, or the mechanism it is built from) is k-RR over two
-    labels (randomized response), where :class:`PosteriorMedian` is the default."""
+    labels (randomized response), where :class:`PosteriorMedian` is the default at every
+    epsilon; or the geometric mechanism over two values, which is randomized response with
+    ``q = a / (1 + a)``."""
     return takes_posterior_median(subject) and subject.n_inputs == 2
 
 
@@ -249,7 +251,7 @@ def medians(counts: np.ndarray, n: float, q_in, q_out) -> tuple[np.ndarray, np.n
 
     # The posterior's window reaches TAIL_SD standard deviations beyond the inversion, where
     # the variance is larger if the category's own reports move more often than others' come.
-    reach = variance(centre)
+    at_centre = reach = variance(centre)
     for _ in range(2):
         reach = np.maximum(reach, variance(centre + TAIL_SD * np.sqrt(reach) / slope))
     sd = np.sqrt(reach)
@@ -274,14 +276,12 @@ def medians(counts: np.ndarray, n: float, q_in, q_out) -> tuple[np.ndarray, np.n
         users[i] = _exact_median(counts[i], n, q_in[i], q_out[i], m, b)
     # Elsewhere at the inversion's variance: the inversion, kept within [0, n] (no noise: the
     # inversion itself).
-    at = centre.copy()
-    sd = np.sqrt(variance(centre)) / slope
+    sd = np.sqrt(at_centre) / slope
     normal = ~exact & (sd > 0.0)
-    users[normal] = stats.truncnorm.median(
-        -at[normal] / sd[normal], (n - at[normal]) / sd[normal], at[normal], sd[normal]
-    )
+    at, sd_m = centre[normal], sd[normal]
+    users[normal] = stats.truncnorm.median(-at / sd_m, (n - at) / sd_m, at, sd_m)
     still = ~exact & ~normal
-    users[still] = np.clip(at[still], 0.0, n)
+    users[still] = np.clip(centre[still], 0.0, n)
     return users, exact
 
 
