@@ -16,6 +16,7 @@ ratios::
     python scripts/sweep_defaults.py krr --wide   # k-RR over 192 settings
     python scripts/sweep_defaults.py rr --method ibu   # cross-validated IBU, not the default
     python scripts/sweep_defaults.py krr --method empirical_bayes
+    python scripts/sweep_defaults.py geometric --gain-se 0   # without the gain rule past 20 steps
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from aggregator.estimation import channel_for  # noqa: E402
+from aggregator.estimation import channel_for, estimators  # noqa: E402
 from aggregator.estimation.estimators import (  # noqa: E402
     cross_validated_ibu,
     default_estimator,
@@ -134,6 +135,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(ibu: cross-validated IBU; empirical_bayes: k-RR over three categories or more; "
         "posterior_median: k-RR)",
     )
+    parser.add_argument(
+        "--gain-se",
+        type=float,
+        default=estimators.GEOMETRIC_GAIN_SE,
+        help="the standard errors a geometric IBU run's held-out score must gain past 20 "
+        "iterations (estimators.GEOMETRIC_GAIN_SE; 0: any gain, as before it)",
+    )
     args = parser.parse_args(argv)
     name = {"default": "default", "ibu": "cross-validated IBU"}.get(args.method, args.method)
     print(
@@ -150,9 +158,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             estimator(channel)
         except ValueError as error:
             parser.error(f"{mechanism}: {error}")
-    for mechanism in args.mechanisms:
-        flagged, count, more = sweep(settings(mechanism, wide=args.wide), args.seeds, estimator)
-        above, total, ratios = above + flagged, total + count, ratios + more
+    kept, estimators.GEOMETRIC_GAIN_SE = estimators.GEOMETRIC_GAIN_SE, args.gain_se
+    try:
+        for mechanism in args.mechanisms:
+            flagged, count, more = sweep(settings(mechanism, wide=args.wide), args.seeds, estimator)
+            above, total, ratios = above + flagged, total + count, ratios + more
+    finally:
+        estimators.GEOMETRIC_GAIN_SE = kept
     print(f"\n{above} of {total} settings worse than the raw reports in expectation (!)")
     if ratios:  # settings whose raw reports have an error
         print(

@@ -39,6 +39,9 @@ DEFAULT_FOLDS = 10
 # The cross-validation follows its curves until the best score is this old (iterations).
 PATIENCE_MIN = 20
 PATIENCE_FRACTION = 0.25
+# IBU(gain_se=...) asks a later iteration count for a gain of that many standard errors only
+# past this many iterations, where a score creeping up on noise would run on for thousands.
+GAIN_SE_AFTER = 20
 # Randomized response's default takes the smallest iteration count within this many standard
 # errors.
 KRR_SE_RULE = 0.5
@@ -60,6 +63,11 @@ CHUNK_STEPS = 32
 # The geometric mechanism's default weighs its two IBU runs (from equal shares and from the
 # report shares) by exp(held-out log-likelihood / this many nats).
 TWO_STARTS_TEMPERATURE = 3.0
+# ... and each run's cross-validation takes a count past GAIN_SE_AFTER iterations as its best
+# only where its held-out score gains on the best so far by this many standard errors (of the
+# per-fold gains): with a few hundred reports the score can creep up on noise alone, and IBU
+# followed it for thousands of iterations to the sparse maximum-likelihood fit.
+GEOMETRIC_GAIN_SE = 1.0
 # IBU started from the report shares starts an unreported value at this share (before
 # renormalising): IBU's steps multiply, so a share of 0 would stay 0.
 REPORT_START_FLOOR = 1e-12
@@ -287,10 +295,12 @@ class IBU:
     held-out fold's log-likelihood under its predicted report distribution.
     The curves are followed until the best summed score is ``patience``
     iterations old (at least 20, at least a quarter of the best count) or every fold
-    has converged. The iteration count chosen is the smallest whose summed
-    score is within ``se_rule`` standard errors of the best (the errors from
-    the spread of the per-fold differences; ``0`` takes the best itself), and
-    IBU is run that long on all reports. ``stopping="tolerance"`` runs until no
+    has converged; past :data:`GAIN_SE_AFTER` iterations, a later checkpoint becomes
+    the best only where its summed score beats the best so far by more than
+    ``gain_se`` standard errors of the per-fold gains. The iteration count chosen
+    is the smallest whose summed score is within ``se_rule`` standard errors of
+    the best (the errors from the spread of the per-fold differences; ``0`` takes
+    the best itself), and IBU is run that long on all reports. ``stopping="tolerance"`` runs until no
     frequency changes by more than ``tol`` (or ``max_iter``), which is the
     plain maximum-likelihood estimate. ``start="reports"`` starts from the
     report shares instead of uniform shares (for channels whose reports are
@@ -314,6 +324,10 @@ class IBU:
     se_rule : float
         How many standard errors below the best score a smaller (more regularised)
         iteration count may score and still be chosen.
+    gain_se : float
+        How many standard errors a later iteration count's score must gain on the
+        best so far to become the best, past :data:`GAIN_SE_AFTER` iterations
+        (``0``: any gain).
     start : {"uniform", "reports"}
 
     Attributes
@@ -341,6 +355,7 @@ class IBU:
         record_history: bool = False,
         folds: int = DEFAULT_FOLDS,
         se_rule: float = 0.0,
+        gain_se: float = 0.0,
         start: str = "uniform",
     ):
         if stopping not in STOPPING:
@@ -353,6 +368,8 @@ class IBU:
             raise ValueError(f"folds must be >= 2, got {folds!r}")
         if not (se_rule >= 0 and np.isfinite(se_rule)):
             raise ValueError(f"se_rule must be finite and >= 0, got {se_rule!r}")
+        if not (gain_se >= 0 and np.isfinite(gain_se)):
+            raise ValueError(f"gain_se must be finite and >= 0, got {gain_se!r}")
         if start not in STARTS:
             raise ValueError(f"start must be one of {STARTS}, got {start!r}")
         self.stopping = stopping
@@ -362,6 +379,7 @@ class IBU:
         self.record_history = record_history
         self.folds = int(folds)
         self.se_rule = float(se_rule)
+        self.gain_se = float(gain_se)
         self.start = start
 
     def _run(self, counts, channel, n_iter: int | None):
@@ -414,7 +432,7 @@ class IBU:
                 done += chunk
             iterations.append(done)
             per_fold.append(held_out_scores(held_out, folds.predicted()))
-            if per_fold[-1].sum() > per_fold[best].sum():
+            if self._improves(done, per_fold[-1], per_fold[best]):
                 best = len(per_fold) - 1
             if change <= self.tol:
                 break
@@ -444,6 +462,15 @@ class IBU:
         self.cv_iterations_, self.cv_scores_ = np.asarray(iterations), totals
         self.cv_score_ = float(totals[chosen])
         return iterations[chosen]
+
+    def _improves(self, iteration: int, scores: np.ndarray, best: np.ndarray) -> bool:
+        """Whether the per-fold held-out ``scores`` at ``iteration`` beat the ``best`` so far:
+        by more than ``gain_se`` standard errors of their per-fold differences past
+        :data:`GAIN_SE_AFTER` iterations, by anything before."""
+        gain = scores.sum() - best.sum()
+        if self.gain_se == 0.0 or iteration <= GAIN_SE_AFTER:
+            return gain > 0.0
+        return gain > self.gain_se * paired_se(scores - best)
 
     def fit(self, counts, channel, n_iter: int | None = None) -> IBU:
         """Estimate from ``counts``; ``n_iter`` forces a fixed number of iterations."""
@@ -522,7 +549,9 @@ class TwoStartIBU:
     def fit(self, counts, channel) -> TwoStartIBU:
         counts = report_counts(counts, channel)
         self.runs_ = [
-            IBU(seed=self.seed, folds=DEFAULT_FOLDS, start=start).fit(counts, channel)
+            IBU(seed=self.seed, folds=DEFAULT_FOLDS, gain_se=GEOMETRIC_GAIN_SE, start=start).fit(
+                counts, channel
+            )
             for start in STARTS
         ]
         uniform_run, reports_run = self.runs_
