@@ -45,6 +45,15 @@ class ClampedGeometric:
         self._centre[[0, -1]] = 1.0
         self._denominator = (1.0 - alpha) ** 2
 
+    def diagonal(self) -> np.ndarray:
+        """``C[x, x]`` for every ``x``: the chance that a report keeps its value, ``c`` inside
+        the range and ``1 / (1 + a)`` at its clamped ends (1 on one value)."""
+        if self.m == 1:
+            return np.ones(1)
+        stay = np.full(self.m, self._inner)
+        stay[[0, -1]] = self._end
+        return stay
+
     def solve(self, q: np.ndarray, axis: int = -1) -> np.ndarray:
         """The ``p`` with ``p C = q`` along ``axis``: three taps per value."""
         return self._taps(q, axis, self._scale, self._centre, -self.alpha, self._denominator)
@@ -122,6 +131,10 @@ class GeometricChannel(Channel):
 
     def backward(self, u: np.ndarray) -> np.ndarray:
         return self._axis.backward(u)
+
+    def diagonal(self) -> np.ndarray:
+        """``C[x, x]``: the chance that a report keeps its user's value."""
+        return self._axis.diagonal()
 
     def solve_with_info(self, q: np.ndarray) -> tuple[np.ndarray, bool]:
         """The ``p`` with ``p C = q``, exactly, in O(m) (see the class docstring)."""

@@ -228,12 +228,10 @@ def geometric_moves(channel: GeometricChannel, shares: np.ndarray) -> tuple[np.n
     at ``shares``: the share of the other users' reports that move to it, and the chance that a
     report of its own moves off it (``2a / (1 + a)`` inside the range, ``a / (1 + a)`` at its
     ends, where the noise is clamped)."""
-    a, k = channel.alpha, channel.n_inputs
-    stay = np.full(k, (1.0 - a) / (1.0 + a))
-    stay[[0, -1]] = 1.0 / (1.0 + a)
+    stay = channel.diagonal()
     others = 1.0 - shares
     arriving = channel.forward(shares) - shares * stay
-    q_in = np.divide(arriving, others, out=np.zeros(k), where=others > 0.0)
+    q_in = np.divide(arriving, others, out=np.zeros(stay.size), where=others > 0.0)
     return np.clip(q_in, 0.0, 1.0), 1.0 - stay
 
 

@@ -89,6 +89,9 @@ def test_channel_is_the_clamped_law_and_epsilon_per_unit_holds_everywhere(epsilo
     expected = np.stack([clamped_row(mechanism, x) for x in range(m)])
     np.testing.assert_allclose(dense, expected, rtol=1e-12, atol=1e-300)
     np.testing.assert_allclose(dense.sum(axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(
+        GeometricChannel(mechanism).diagonal(), np.diag(expected), rtol=1e-12
+    )
     # d-privacy, ends included: log C[x, y] - log C[x', y] <= epsilon |x - x'| for all x, x', y.
     logs = np.log(expected)
     distance = np.abs(np.subtract.outer(np.arange(m), np.arange(m)))
