@@ -6,9 +6,12 @@ to weak privacy, few and many reports, spread-out and concentrated truths) and p
 setting, the mean error of the raw report shares and of the service's default estimate (errors
 as in ``bench_estimators.py``: against the distribution of the users drawn; total variation, or
 the earth mover's distance in metres on a grid), their ratio, and how many seeds were worse
-than the raw reports. Rows whose default is worse than the raw reports in expectation are marked
-``(!)``; the last lines count them and give the largest ratio and the geometric mean of the
-ratios::
+than the raw reports. Rows whose default's mean error over the seeds is above the raw
+reports' are marked ``(!)``; the last lines count them and give the largest ratio and the
+geometric mean of the ratios. Eight seeds cannot tell a few percent from chance where the
+reports are few, so ``--confirm SEEDS`` runs the marked settings again on other seeds and gives
+each ratio with two standard errors of the paired differences: worse than the raw reports in
+expectation, better, or not told apart::
 
     python scripts/sweep_defaults.py krr          # k-RR, seeds 600-607
     python scripts/sweep_defaults.py rr geometric planar --seeds 600-603
@@ -17,6 +20,7 @@ ratios::
     python scripts/sweep_defaults.py rr --method ibu   # cross-validated IBU, not the default
     python scripts/sweep_defaults.py krr --method empirical_bayes
     python scripts/sweep_defaults.py geometric --gain-se 0   # without the gain rule past 20 steps
+    python scripts/sweep_defaults.py geometric --confirm 1000-1199
 """
 
 from __future__ import annotations
@@ -84,38 +88,89 @@ def settings(mechanism: str, *, wide: bool = False) -> Iterator[Case]:
     else:
         grid = planar_grid(2000.0, 100.0)
         city = Population.clustered_city(grid, seed=77).probabilities
-        for ratio, n in itertools.product((1.5, 2.0, 8.0, 32.0), (300, 30_000)):
+        for ratio, n in itertools.product(
+            (1.5, 2.0, 8.0, 32.0, 128.0), (300, 3000, 30_000, 100_000)
+        ):
             planar = PlanarLaplace(epsilon=math.log(ratio) / 100, grid=grid)
             yield Case(f"planar city ln {ratio:g} / 100 m, n={n:,}", city, planar, n, grid=grid)
 
 
+def errors(case: Case, seeds: Sequence[int], estimator=default_estimator) -> np.ndarray:
+    """Per seed (rows), the estimate's error and the raw report shares' (columns)."""
+    channel = channel_for(case.mechanism)
+    table = np.zeros((len(seeds), 2))
+    for row, seed in enumerate(seeds):
+        counts, truth = case.reports(seed)
+        fitted = estimator(channel).fit(counts, channel).frequencies_
+        table[row] = case.error(truth, fitted), case.error(truth, counts / counts.sum())
+    return table
+
+
+def paired_ratio(table: np.ndarray) -> tuple[float, float]:
+    """The ratio of the mean errors in ``table`` (as from :func:`errors`) and two standard
+    errors of it, from the spread of the per-seed differences (the raw reports' mean taken as
+    known; 0 with one seed)."""
+    estimate_mean, raw_mean = table.mean(axis=0)
+    if raw_mean <= 0:
+        return 1.0, 0.0
+    differences = table[:, 0] - table[:, 1]
+    spread = differences.std(ddof=1) if len(differences) > 1 else 0.0
+    return estimate_mean / raw_mean, 2 * spread / math.sqrt(len(differences)) / raw_mean
+
+
 def sweep(
     cases: Iterator[Case], seeds: Sequence[int], estimator=default_estimator
-) -> tuple[int, int, list[float]]:
-    """Print a row per setting; how many were worse than the raw reports, of how many, and
-    the ratios of the mean errors (of the settings whose raw reports have an error)."""
-    above = total = 0
+) -> tuple[list[Case], int, list[float]]:
+    """Print a row per setting; the settings worse than the raw reports, how many settings
+    there were, and the ratios of the mean errors (of the settings whose raw reports have an
+    error)."""
+    above: list[Case] = []
+    total = 0
     ratios = []
     for case in cases:
-        channel = channel_for(case.mechanism)
-        errors = np.zeros((len(seeds), 2))
-        for row, seed in enumerate(seeds):
-            counts, truth = case.reports(seed)
-            fitted = estimator(channel).fit(counts, channel).frequencies_
-            errors[row] = case.error(truth, fitted), case.error(truth, counts / counts.sum())
-        default_mean, raw_mean = errors.mean(axis=0)
+        table = errors(case, seeds, estimator)
+        default_mean, raw_mean = table.mean(axis=0)
         ratio = default_mean / raw_mean if raw_mean > 0 else 1.0
         if raw_mean > 0:
             ratios.append(ratio)
-        worse = int(np.sum(errors[:, 0] > errors[:, 1] * (1 + 1e-9)))
+        worse = int(np.sum(table[:, 0] > table[:, 1] * (1 + 1e-9)))
         mark = " (!)" if ratio > 1 + 1e-9 else ""
-        above, total = above + bool(mark), total + 1
+        total += 1
+        if mark:
+            above.append(case)
         print(
             f"| {case.name} | {raw_mean:.4g} | {default_mean:.4g} | {ratio:.3f}{mark} "
             f"| {worse} of {len(seeds)} |",
             flush=True,
         )
     return above, total, ratios
+
+
+def confirm(cases: Sequence[Case], seeds: Sequence[int], estimator=default_estimator) -> int:
+    """Run ``cases`` again on other ``seeds`` and print each ratio with two standard errors;
+    how many are worse than the raw reports beyond them."""
+    print(
+        f"\nThe settings marked (!), again on {len(seeds)} other seeds ({seeds[0]}-{seeds[-1]}):\n"
+    )
+    print("| setting | ratio to the raw reports | two standard errors | seeds worse | verdict |")
+    print("|---|---|---|---|---|")
+    beyond = 0
+    for case in cases:
+        table = errors(case, seeds, estimator)
+        ratio, margin = paired_ratio(table)
+        if ratio - margin > 1:
+            verdict, beyond = "worse", beyond + 1
+        elif ratio + margin < 1:
+            verdict = "better"
+        else:
+            verdict = "not told apart"
+        worse = int(np.sum(table[:, 0] > table[:, 1] * (1 + 1e-9)))
+        print(
+            f"| {case.name} | {ratio:.3f} | {ratio - margin:.3f}-{ratio + margin:.3f} "
+            f"| {worse} of {len(seeds)} | {verdict} |",
+            flush=True,
+        )
+    return beyond
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -136,6 +191,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "posterior_median: k-RR)",
     )
     parser.add_argument(
+        "--confirm",
+        type=seed_range,
+        metavar="SEEDS",
+        help="run the settings marked (!) again on these seeds (e.g. 1000-1199) and tell "
+        "which are worse than the raw reports beyond two standard errors",
+    )
+    parser.add_argument(
         "--gain-se",
         type=float,
         default=estimators.GEOMETRIC_GAIN_SE,
@@ -149,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "| seeds worse than raw |"
     )
     print("|---|---|---|---|---|")
-    above = total = 0
+    above: list[Case] = []
+    total = 0
     ratios: list[float] = []
     estimator = ESTIMATORS[args.method]
     for mechanism in args.mechanisms:
@@ -163,14 +226,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         for mechanism in args.mechanisms:
             flagged, count, more = sweep(settings(mechanism, wide=args.wide), args.seeds, estimator)
             above, total, ratios = above + flagged, total + count, ratios + more
+        print(f"\n{len(above)} of {total} settings worse than the raw reports on these seeds (!)")
+        if ratios:  # settings whose raw reports have an error
+            print(
+                f"largest ratio {max(ratios):.3f}; geometric mean of the ratios "
+                f"{math.exp(np.mean(np.log(ratios))):.3f} (over {len(ratios)} settings)"
+            )
+        if args.confirm and above:
+            beyond = confirm(above, args.confirm, estimator)
+            print(
+                f"\n{beyond} of {len(above)} worse than the raw reports beyond two standard "
+                f"errors on seeds {args.confirm[0]}-{args.confirm[-1]}"
+            )
     finally:
         estimators.GEOMETRIC_GAIN_SE = kept
-    print(f"\n{above} of {total} settings worse than the raw reports in expectation (!)")
-    if ratios:  # settings whose raw reports have an error
-        print(
-            f"largest ratio {max(ratios):.3f}; geometric mean of the ratios "
-            f"{math.exp(np.mean(np.log(ratios))):.3f} (over {len(ratios)} settings)"
-        )
     return 0
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from aggregator.estimation import estimators
 from scripts.bench_estimators import Case
-from scripts.sweep_defaults import MECHANISMS, main, settings, sweep
+from scripts.sweep_defaults import MECHANISMS, confirm, main, paired_ratio, settings, sweep
 from shared.mechanisms import RandomizedResponse
 
 
@@ -22,7 +22,7 @@ def test_a_setting_worse_than_the_raw_reports_is_flagged_and_counted(capsys):
     # it is about a quarter of it.
     cases = [rr_case(1.0, 0.5, 30_000), rr_case(1.0, 0.3, 1000)]
     flagged, total, ratios = sweep(iter(cases), range(200, 204))
-    assert (flagged, total) == (1, 2)
+    assert ([case.name for case in flagged], total) == (["rr 1.0 0.5"], 2)
     assert ratios[0] > 1 > ratios[1]
     rows = capsys.readouterr().out.splitlines()
     assert rows[0].startswith("| rr 1.0 0.5 |") and rows[0].count("(!)") == 1
@@ -64,3 +64,36 @@ def test_the_geometric_gain_rule_and_the_comparison_without_it(monkeypatch):
     monkeypatch.setattr(estimators, "GEOMETRIC_GAIN_SE", 0.0)
     _, _, without = sweep(iter([case]), [606])
     assert with_rule[0] < 1.0 and without[0] > 2.0
+
+
+def test_paired_ratio_and_its_two_standard_errors():
+    table = np.array([[1.0, 1.0], [2.0, 1.0], [3.0, 1.0]])  # differences 0, 1, 2
+    ratio, margin = paired_ratio(table)
+    assert ratio == pytest.approx(2.0)
+    assert margin == pytest.approx(2 * 1.0 / np.sqrt(3))  # sd 1 of the differences
+    assert paired_ratio(np.array([[0.5, 1.0]])) == (0.5, 0.0)
+    assert paired_ratio(np.zeros((2, 2))) == (1.0, 0.0)
+
+
+def test_confirm_tells_a_real_excess_from_a_better_estimate(capsys):
+    """More seeds separate the verdicts: with p(yes) = 0.3 and 1,000 reports the default is
+    about a quarter of the raw reports' error, far beyond two standard errors."""
+    cases = [rr_case(1.0, 0.3, 1000)]
+    assert confirm(cases, range(300, 316)) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[-1].startswith("| rr 1.0 0.3 |") and rows[-1].endswith("| better |")
+
+
+def test_the_command_confirms_what_it_marks(capsys):
+    assert main(["rr", "--seeds", "200-203", "--confirm", "300-307"]) == 0
+    out = capsys.readouterr().out
+    marked = [row for row in out.splitlines() if "(!)" in row and row.startswith("| rr")]
+    assert marked, "these seeds mark at least one randomized response setting"
+    assert "again on 8 other seeds (300-307)" in out
+    assert out.rstrip().endswith("on seeds 300-307")
+    verdicts = [
+        row
+        for row in out.splitlines()
+        if row.endswith(("| worse |", "| better |", "| not told apart |"))
+    ]
+    assert len(verdicts) == len(marked)
