@@ -36,6 +36,7 @@ from aggregator.estimation import (
 )
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.estimators import (
+    GridIBU,
     TwoStartIBU,
     clip_and_normalise,
     cross_validated_ibu,
@@ -242,7 +243,7 @@ def estimate_methods(
     runs: dict[str, MethodRun] = {}
     for method in methods:
         started = time.perf_counter()
-        fitted: IBU | TwoStartIBU | KRREmpiricalBayes | PosteriorMedian | MatrixInversion
+        fitted: IBU | TwoStartIBU | GridIBU | KRREmpiricalBayes | PosteriorMedian | MatrixInversion
         if method == NOISY:
             if channel.n_outputs != channel.n_inputs:
                 continue  # reports are not values (OLH, Hadamard response): no raw histogram

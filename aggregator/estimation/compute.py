@@ -13,6 +13,7 @@ from aggregator.estimation.channels import Channel, channel_for
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.estimators import (
     IBU,
+    GridIBU,
     MatrixInversion,
     TwoStartIBU,
     cross_validated_ibu,
@@ -105,7 +106,7 @@ def estimate(
     channel = channel if channel is not None else channel_for(mechanism)
     method = method if method is not None else default_method(channel)
     counts = np.asarray(counts, dtype=float)
-    fitted: IBU | TwoStartIBU | KRREmpiricalBayes | PosteriorMedian | MatrixInversion
+    fitted: IBU | TwoStartIBU | GridIBU | KRREmpiricalBayes | PosteriorMedian | MatrixInversion
     details: dict[str, Any] = {}
     if method in ("empirical_bayes", "posterior_median"):
         bayes = empirical_bayes if method == "empirical_bayes" else posterior_median

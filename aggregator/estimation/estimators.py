@@ -20,7 +20,12 @@ import numpy as np
 from scipy.special import expit
 
 from aggregator.estimation import budget, parallel, planar_steps
-from aggregator.estimation.channels import KRRChannel, log_likelihood, report_counts
+from aggregator.estimation.channels import (
+    GridKernelChannel,
+    KRRChannel,
+    log_likelihood,
+    report_counts,
+)
 from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.ordinal import GeometricChannel
 from aggregator.estimation.posterior_median import (
@@ -29,6 +34,7 @@ from aggregator.estimation.posterior_median import (
     noise_share,
     takes_posterior_median,
 )
+from aggregator.estimation.transport import dyadic_transport
 from shared.mechanisms import KRR, Geometric, HadamardResponse
 from shared.oracles import OLH
 
@@ -79,6 +85,12 @@ RAW_MIX_MAX_NOISE_SHARE = 0.5
 RAW_MIX_MAX_VALUES = 300
 # ... and where those replays cost at most this many value-steps (about half a second).
 RAW_MIX_MAX_WORK = 20_000_000
+# On a grid (planar Laplace, the exponential mechanism) IBU's estimate is checked against the
+# raw report shares on this many surveys simulated from it (GridIBU), where that costs at most
+# this much work: each survey's users and reports drawn (a unit per user) and IBU replayed on
+# it (a unit per cell and step).
+REPORTS_CHECK_SURVEYS = 16
+REPORTS_CHECK_MAX_WORK = 4_000_000
 
 
 def project_to_simplex(v: np.ndarray) -> np.ndarray:
@@ -601,6 +613,88 @@ class TwoStartIBU:
         return text
 
 
+class GridIBU:
+    """IBU stopped by cross-validation, or the raw report shares where those are the closer
+    to the users' own cells (channels on a grid whose reports are its cells:
+    :class:`~aggregator.estimation.channels.GridKernelChannel`).
+
+    Cross-validation scores how well an estimate predicts held-out reports, that is, the
+    population the users are drawn from. Where the noise moves a report less than a cell or
+    so (a high epsilon for the cell size), that population estimate is a blur of the reports
+    (one or two IBU steps from equal shares), further from the users who reported than their
+    reports themselves. So the two are compared where they are judged: ``surveys`` surveys are
+    simulated from IBU's estimate (its users drawn from it, each user's report through the
+    channel), IBU is replayed on each survey's reports with the same iteration count, and
+    the raw report shares are kept if their mean :func:`~aggregator.estimation.transport.
+    dyadic_transport` distance to the survey's users is smaller than the replayed IBU's. Where
+    that costs more than :data:`REPORTS_CHECK_MAX_WORK`, IBU is kept unchecked.
+
+    Attributes
+    ----------
+    frequencies_, n_iter_ (0 where the report shares are kept), converged_, log_likelihood_,
+    warnings_, ibu_ (the fitted :class:`IBU`), check_ (the mean distances of IBU and of the
+    report shares, in cells, or None: not checked), kept_reports_.
+    """
+
+    def __init__(self, *, seed: int = 0, surveys: int = REPORTS_CHECK_SURVEYS):
+        if int(surveys) < 1:
+            raise ValueError(f"surveys must be >= 1, got {surveys!r}")
+        self.seed = seed
+        self.surveys = int(surveys)
+
+    def fit(self, counts, channel) -> GridIBU:
+        counts = report_counts(counts, channel)
+        self.ibu_ = IBU(seed=self.seed, folds=DEFAULT_FOLDS).fit(counts, channel)
+        self.check_ = self._check(counts, channel)
+        self.kept_reports_ = self.check_ is not None and self.check_[1] < self.check_[0]
+        self.frequencies_ = counts / counts.sum() if self.kept_reports_ else self.ibu_.frequencies_
+        self.n_iter_ = 0 if self.kept_reports_ else self.ibu_.n_iter_
+        self.converged_ = self.ibu_.converged_
+        self.log_likelihood_ = log_likelihood(counts, channel.forward(self.frequencies_))
+        self.warnings_ = list(self.ibu_.warnings_)
+        return self
+
+    def _check(self, counts: np.ndarray, channel: GridKernelChannel) -> tuple[float, float] | None:
+        n = round(float(counts.sum()))
+        work = self.surveys * (n + self.ibu_.n_iter_ * channel.n_inputs)
+        if n < 1 or work > REPORTS_CHECK_MAX_WORK:
+            return None
+        shares = np.clip(self.ibu_.frequencies_, 0.0, None)
+        shares /= shares.sum()
+
+        def survey(index: int) -> np.ndarray:
+            """IBU's and the report shares' distances to one simulated survey's users."""
+            budget.charge(n)
+            generator = np.random.default_rng([self.seed, index])
+            users = generator.multinomial(n, shares)
+            reports = channel.draw_reports(users, generator)
+            fits = np.stack([self.ibu_.replay(reports, channel), reports / n])
+            return dyadic_transport(fits, users / n, channel.rows, channel.cols)
+
+        alone = not channel.steps_run_in_parallel
+        distances = np.mean(parallel.map_ordered(survey, range(self.surveys), alone=alone), axis=0)
+        return float(distances[0]), float(distances[1])
+
+    def replay(self, counts, channel) -> np.ndarray:
+        """The last fit's choice on other counts: the report shares, or IBU with its
+        iteration count."""
+        if self.kept_reports_:
+            counts = np.asarray(counts, dtype=float)
+            return counts / counts.sum()
+        return self.ibu_.replay(counts, channel)
+
+    def describe(self) -> str:
+        text = self.ibu_.describe()
+        if self.check_ is None or not self.kept_reports_:
+            return text
+        estimate, reports_only = self.check_
+        return (
+            f"the raw report shares: in {self.surveys} surveys simulated from {text}, they "
+            f"were closer to the users' own cells than that estimate (a mean transport of "
+            f"{reports_only:.3f} cells against {estimate:.3f})"
+        )
+
+
 def raw_report_weight(counts: np.ndarray, channel, estimate: np.ndarray, replay) -> float:
     """The weight of the raw report shares in a mix with ``estimate`` (the geometric default),
     or 0.
@@ -702,7 +796,7 @@ def has_empirical_bayes(subject) -> bool:
 
 def default_estimator(
     channel, *, seed: int = 0
-) -> IBU | TwoStartIBU | KRREmpiricalBayes | PosteriorMedian | MatrixInversion:
+) -> IBU | TwoStartIBU | GridIBU | KRREmpiricalBayes | PosteriorMedian | MatrixInversion:
     """The estimator of :func:`default_method` for ``channel``."""
     method = default_method(channel)
     if method == ORACLE_DEFAULT_METHOD:
@@ -729,12 +823,14 @@ def posterior_median(channel) -> PosteriorMedian:
     return PosteriorMedian()
 
 
-def cross_validated_ibu(channel, *, seed: int = 0) -> IBU | TwoStartIBU:
+def cross_validated_ibu(channel, *, seed: int = 0) -> IBU | TwoStartIBU | GridIBU:
     """IBU stopped by 10-fold cross-validation, as the ``ibu`` method runs it (for k-RR and
     randomized response, the smallest iteration count within half a standard error of the
     best, because the held-out score is flat and noisy where the reports carry little signal;
-    for the geometric mechanism, :class:`TwoStartIBU`)."""
+    for the geometric mechanism, :class:`TwoStartIBU`; on a grid, :class:`GridIBU`)."""
     if isinstance(channel, GeometricChannel):
         return TwoStartIBU(seed=seed)
+    if isinstance(channel, GridKernelChannel):
+        return GridIBU(seed=seed)
     se_rule = KRR_SE_RULE if isinstance(channel, KRRChannel) else 0.0
     return IBU(seed=seed, folds=DEFAULT_FOLDS, se_rule=se_rule)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from aggregator.estimation import budget, channel_for, estimate, parallel
-from aggregator.estimation.estimators import IBU
+from aggregator.estimation.estimators import IBU, REPORTS_CHECK_SURVEYS
 from shared.geo import Grid
 from shared.mechanisms import KRR, PlanarLaplace
 from simulate.populations import Population
@@ -171,8 +171,10 @@ def test_each_bootstrap_refit_has_its_own_estimator(monkeypatch):
     mechanism, counts = planar_case(side_m=400.0)
     with budget.limited(threads=2):
         estimate(mechanism, counts, n_bootstrap=20)
-    assert len(fitted) == 21  # the estimate and its 20 refits
-    assert len({id(estimator) for estimator in fitted}) == 21
+    # the estimate, its check against the report shares' surveys, and its 20 refits
+    expected = 1 + REPORTS_CHECK_SURVEYS + 20
+    assert len(fitted) == expected
+    assert len({id(estimator) for estimator in fitted}) == expected
 
 
 def test_estimates_run_side_by_side_in_a_gevent_patched_process():
