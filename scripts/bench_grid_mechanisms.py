@@ -160,7 +160,8 @@ def table(results: dict[str, dict[float, list[float]]], n_users: int, seeds: Seq
         f"eps = {e:g}" for e in epsilons
     )
     lines = [
-        f"EMD (metres) of the default estimate (cross-validated IBU; k-RR: empirical Bayes) to "
+        "EMD (metres) of the default estimate (cross-validated IBU; k-RR: empirical Bayes, or the "
+        "posterior median at a high epsilon; each checked against the raw report shares) to "
         f"the {n_users:,} check-ins' "
         f"distribution on 20 x 20 cells of 150 m: median over seeds {seeds[0]}-{seeds[-1]} "
         "(smallest-largest).",

@@ -34,10 +34,8 @@ from aggregator.estimation import (
     SingularChannelError,
     channel_for,
 )
-from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.estimators import (
-    GridIBU,
-    TwoStartIBU,
+    Estimator,
     clip_and_normalise,
     cross_validated_ibu,
     empirical_bayes,
@@ -46,7 +44,7 @@ from aggregator.estimation.estimators import (
     project_to_simplex,
 )
 from aggregator.estimation.oracles import oue_estimate
-from aggregator.estimation.posterior_median import PosteriorMedian, takes_posterior_median
+from aggregator.estimation.posterior_median import takes_posterior_median
 from shared.mechanisms import GridMechanism, Mechanism
 from shared.oracles import OUE
 from shared.spec import OUE_NAME, CampaignSpec
@@ -243,7 +241,7 @@ def estimate_methods(
     runs: dict[str, MethodRun] = {}
     for method in methods:
         started = time.perf_counter()
-        fitted: IBU | TwoStartIBU | GridIBU | KRREmpiricalBayes | PosteriorMedian | MatrixInversion
+        fitted: Estimator
         if method == NOISY:
             if channel.n_outputs != channel.n_inputs:
                 continue  # reports are not values (OLH, Hadamard response): no raw histogram

@@ -104,8 +104,8 @@ def test_cross_validated_selection_runs_and_reports_its_scores():
 def test_the_work_is_charged_to_the_budget():
     """The smoothing's work is charged beyond the default's, and a cap stops it."""
     grid, channel, counts, _ = grid_reports(20, math.log(8), 10_000, 0)
-    with budget.limited():
-        empirical_bayes(channel).fit(counts, channel)
+    with budget.limited():  # empirical Bayes as the smoothing runs it (without the check)
+        empirical_bayes(channel).make().fit(counts, channel)
         default_work = budget.spent()
     with budget.limited():
         KRRGridSmoothing(grid.rows, grid.cols).fit(counts, channel)

@@ -255,6 +255,16 @@ class KRRChannel(Channel):
             raise SingularChannelError("k-RR with epsilon this small cannot be inverted")
         return (q - self.p_other * q.sum()) / (self.p_keep - self.p_other), True
 
+    def draw_reports(self, users: np.ndarray, generator: np.random.Generator) -> np.ndarray:
+        """Report counts of ``users[x]`` users of each category ``x``, drawn through the
+        mechanism: each keeps its category with probability ``p_keep``, else reports one of the
+        ``k - 1`` others uniformly (for simulations of a survey)."""
+        k = self.n_inputs
+        cells = np.repeat(np.arange(k), np.asarray(users, dtype=np.int64))
+        moved = generator.random(cells.size) >= self.p_keep
+        cells[moved] = (cells[moved] + generator.integers(1, k, int(moved.sum()))) % k
+        return np.bincount(cells, minlength=k).astype(float)
+
     def ibu_steps(self, counts: np.ndarray) -> KRRIBUSteps:
         """IBU steps on every row of ``counts`` at once: compiled loops (three passes over
         ``k`` values each) with the ``fast`` extra (numba), else whole-array numpy steps."""

@@ -10,19 +10,15 @@ from typing import Any
 import numpy as np
 
 from aggregator.estimation.channels import Channel, channel_for
-from aggregator.estimation.empirical_bayes import KRREmpiricalBayes
 from aggregator.estimation.estimators import (
-    IBU,
-    GridIBU,
+    Estimator,
     MatrixInversion,
-    TwoStartIBU,
     cross_validated_ibu,
     default_method,
     empirical_bayes,
     posterior_median,
 )
 from aggregator.estimation.intervals import BOOTSTRAP_REPLICATES, confidence_interval
-from aggregator.estimation.posterior_median import PosteriorMedian
 from shared.mechanisms import Mechanism
 
 METHODS = ("ibu", "empirical_bayes", "posterior_median", "inversion", "clip", "projection")
@@ -106,7 +102,7 @@ def estimate(
     channel = channel if channel is not None else channel_for(mechanism)
     method = method if method is not None else default_method(channel)
     counts = np.asarray(counts, dtype=float)
-    fitted: IBU | TwoStartIBU | GridIBU | KRREmpiricalBayes | PosteriorMedian | MatrixInversion
+    fitted: Estimator
     details: dict[str, Any] = {}
     if method in ("empirical_bayes", "posterior_median"):
         bayes = empirical_bayes if method == "empirical_bayes" else posterior_median

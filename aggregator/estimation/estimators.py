@@ -16,6 +16,8 @@ reports of output ``y``; ``channel`` is a :class:`channels.Channel`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from scipy.special import expit
 
@@ -85,12 +87,16 @@ RAW_MIX_MAX_NOISE_SHARE = 0.5
 RAW_MIX_MAX_VALUES = 300
 # ... and where those replays cost at most this many value-steps (about half a second).
 RAW_MIX_MAX_WORK = 20_000_000
-# On a grid (planar Laplace, the exponential mechanism) IBU's estimate is checked against the
-# raw report shares on this many surveys simulated from it (GridIBU), where that costs at most
-# this much work: each survey's users and reports drawn (a unit per user) and IBU replayed on
-# it (a unit per cell and step).
+# On a grid (planar Laplace, the exponential mechanism) IBU's estimate, and over three k-RR
+# categories or more the default's, is checked against the raw report shares on this many
+# surveys simulated from it (check_against_reports), where that costs at most this much work:
+# each survey's users and reports drawn (a unit per user) and the estimate refitted on it (on a
+# grid a unit per cell and IBU step, for k-RR a unit per category).
 REPORTS_CHECK_SURVEYS = 16
 REPORTS_CHECK_MAX_WORK = 4_000_000
+# k-RR keeps the report shares only where they are the closer by this many standard errors
+# of the surveys' differences (their total variations are noisier than a grid's transport).
+KRR_REPORTS_CHECK_MARGIN = 2.0
 
 
 def project_to_simplex(v: np.ndarray) -> np.ndarray:
@@ -632,8 +638,8 @@ class GridIBU:
     Attributes
     ----------
     frequencies_, n_iter_ (0 where the report shares are kept), converged_, log_likelihood_,
-    warnings_, ibu_ (the fitted :class:`IBU`), check_ (the mean distances of IBU and of the
-    report shares, in cells, or None: not checked), kept_reports_.
+    warnings_, ibu_ (the fitted :class:`IBU`), check_ (a :class:`ReportsCheck`, distances in
+    cells, or None: not checked), kept_reports_.
     """
 
     def __init__(self, *, seed: int = 0, surveys: int = REPORTS_CHECK_SURVEYS):
@@ -646,7 +652,7 @@ class GridIBU:
         counts = report_counts(counts, channel)
         self.ibu_ = IBU(seed=self.seed, folds=DEFAULT_FOLDS).fit(counts, channel)
         self.check_ = self._check(counts, channel)
-        self.kept_reports_ = self.check_ is not None and self.check_[1] < self.check_[0]
+        self.kept_reports_ = self.check_ is not None and self.check_.keeps_reports
         self.frequencies_ = counts / counts.sum() if self.kept_reports_ else self.ibu_.frequencies_
         self.n_iter_ = 0 if self.kept_reports_ else self.ibu_.n_iter_
         self.converged_ = self.ibu_.converged_
@@ -654,26 +660,24 @@ class GridIBU:
         self.warnings_ = list(self.ibu_.warnings_)
         return self
 
-    def _check(self, counts: np.ndarray, channel: GridKernelChannel) -> tuple[float, float] | None:
+    def _check(self, counts: np.ndarray, channel: GridKernelChannel) -> ReportsCheck | None:
         n = round(float(counts.sum()))
         work = self.surveys * (n + self.ibu_.n_iter_ * channel.n_inputs)
         if n < 1 or work > REPORTS_CHECK_MAX_WORK:
             return None
-        shares = np.clip(self.ibu_.frequencies_, 0.0, None)
-        shares /= shares.sum()
 
-        def survey(index: int) -> np.ndarray:
-            """IBU's and the report shares' distances to one simulated survey's users."""
-            budget.charge(n)
-            generator = np.random.default_rng([self.seed, index])
-            users = generator.multinomial(n, shares)
-            reports = channel.draw_reports(users, generator)
-            fits = np.stack([self.ibu_.replay(reports, channel), reports / n])
-            return dyadic_transport(fits, users / n, channel.rows, channel.cols)
+        def distance(fits: np.ndarray, users: np.ndarray) -> np.ndarray:
+            return dyadic_transport(fits, users, channel.rows, channel.cols)
 
-        alone = not channel.steps_run_in_parallel
-        distances = np.mean(parallel.map_ordered(survey, range(self.surveys), alone=alone), axis=0)
-        return float(distances[0]), float(distances[1])
+        return check_against_reports(
+            counts,
+            channel,
+            self.ibu_.frequencies_,
+            lambda reports: self.ibu_.replay(reports, channel),
+            distance,
+            surveys=self.surveys,
+            seed=self.seed,
+        )
 
     def replay(self, counts, channel) -> np.ndarray:
         """The last fit's choice on other counts: the report shares, or IBU with its
@@ -687,12 +691,132 @@ class GridIBU:
         text = self.ibu_.describe()
         if self.check_ is None or not self.kept_reports_:
             return text
-        estimate, reports_only = self.check_
+        return self.check_.describe(text, "cells", "a mean transport, in cells,")
+
+
+@dataclass(frozen=True)
+class ReportsCheck:
+    """An estimate against the raw report shares on surveys simulated from it
+    (:func:`check_against_reports`): the mean distances of each to the surveys' users, the
+    standard error of their mean difference, and the margin the report shares had to win by
+    (in standard errors)."""
+
+    surveys: int
+    estimate: float
+    reports: float
+    se: float
+    margin: float
+
+    @property
+    def keeps_reports(self) -> bool:
+        return self.estimate - self.reports > self.margin * self.se
+
+    def describe(self, estimate: str, unit: str, measure: str) -> str:
+        """The ``estimator`` text of an estimate that kept the report shares."""
         return (
-            f"the raw report shares: in {self.surveys} surveys simulated from {text}, they "
-            f"were closer to the users' own cells than that estimate (a mean transport of "
-            f"{reports_only:.3f} cells against {estimate:.3f})"
+            f"the raw report shares: in {self.surveys} surveys simulated from {estimate}, they "
+            f"were closer to the users' own {unit} than that estimate ({measure} of "
+            f"{self.reports:.3g} against {self.estimate:.3g})"
         )
+
+
+def check_against_reports(
+    counts: np.ndarray,
+    channel,
+    estimate: np.ndarray,
+    refit,
+    distance,
+    *,
+    surveys: int = REPORTS_CHECK_SURVEYS,
+    seed: int = 0,
+    margin: float = 0.0,
+) -> ReportsCheck:
+    """``estimate`` against the raw report shares, where the two are judged: against the users
+    who reported.
+
+    ``surveys`` surveys are simulated from ``estimate`` (as many users as reports drawn from it,
+    each user's report through ``channel.draw_reports``); on each, ``refit(reports)`` (the
+    estimator, its regularisation replayed or run again) and the survey's report shares are
+    scored by ``distance(fits, users)`` (both as rows, against the users' shares). The surveys
+    run on the estimate's threads, each from its own seed, so the result does not depend on
+    them.
+    """
+    n = round(float(counts.sum()))
+    shares = np.clip(estimate, 0.0, None)
+    shares /= shares.sum()
+
+    def survey(index: int) -> np.ndarray:
+        budget.charge(n)
+        generator = np.random.default_rng([seed, index])
+        users = generator.multinomial(n, shares)
+        reports = channel.draw_reports(users, generator)
+        return distance(np.stack([refit(reports), reports / n]), users / n)
+
+    alone = not channel.steps_run_in_parallel
+    scores = np.asarray(parallel.map_ordered(survey, range(surveys), alone=alone))
+    differences = scores[:, 0] - scores[:, 1]
+    se = float(np.std(differences, ddof=1) / np.sqrt(surveys)) if surveys > 1 else 0.0
+    return ReportsCheck(surveys, float(scores[:, 0].mean()), float(scores[:, 1].mean()), se, margin)
+
+
+class KRRCheckedAgainstReports:
+    """k-RR's default over three categories or more (empirical Bayes, or the posterior median
+    at a high epsilon), or the raw report shares where surveys simulated from it find those
+    the closer to the users by :data:`KRR_REPORTS_CHECK_MARGIN` standard errors in total
+    variation (:func:`check_against_reports`; the estimator is run again on each survey).
+    Where near-uniform shares are measured finely, the fitted prior can pool shares that the
+    reports had told apart.
+
+    Attributes
+    ----------
+    frequencies_, n_iter_ and converged_ (None), log_likelihood_, warnings_, inner_ (the fitted
+    estimator), check_ (a :class:`ReportsCheck`, or None: not checked), kept_reports_.
+    """
+
+    def __init__(self, make, *, seed: int = 0, surveys: int = REPORTS_CHECK_SURVEYS):
+        if int(surveys) < 1:
+            raise ValueError(f"surveys must be >= 1, got {surveys!r}")
+        self.make = make
+        self.seed = seed
+        self.surveys = int(surveys)
+
+    def fit(self, counts, channel) -> KRRCheckedAgainstReports:
+        counts = report_counts(counts, channel)
+        self.inner_ = self.make().fit(counts, channel)
+        self.check_ = None
+        n = round(float(counts.sum()))
+        if n >= 1 and self.surveys * (n + channel.n_inputs) <= REPORTS_CHECK_MAX_WORK:
+
+            def refit(reports: np.ndarray) -> np.ndarray:
+                return self.make().fit(reports, channel).frequencies_
+
+            def distance(fits: np.ndarray, users: np.ndarray) -> np.ndarray:
+                return 0.5 * np.abs(fits - users).sum(axis=-1)
+
+            self.check_ = check_against_reports(
+                counts,
+                channel,
+                self.inner_.frequencies_,
+                refit,
+                distance,
+                surveys=self.surveys,
+                seed=self.seed,
+                margin=KRR_REPORTS_CHECK_MARGIN,
+            )
+        self.kept_reports_ = self.check_ is not None and self.check_.keeps_reports
+        self.frequencies_ = (
+            counts / counts.sum() if self.kept_reports_ else self.inner_.frequencies_
+        )
+        self.n_iter_ = self.converged_ = None
+        self.log_likelihood_ = log_likelihood(counts, channel.forward(self.frequencies_))
+        self.warnings_ = list(self.inner_.warnings_)
+        return self
+
+    def describe(self) -> str:
+        text = self.inner_.describe()
+        if self.check_ is None or not self.kept_reports_:
+            return text
+        return self.check_.describe(text, "answers", "a mean total variation")
 
 
 def raw_report_weight(counts: np.ndarray, channel, estimate: np.ndarray, replay) -> float:
@@ -740,6 +864,18 @@ def raw_report_weight(counts: np.ndarray, channel, estimate: np.ndarray, replay)
     raw_off = counts / n - inverse
     slope = np.trace(derivative @ sigma_inverse) / n - np.trace(sigma_inverse) / n**2
     return float(np.clip(1.0 + (raw_off @ apart + slope) / spread, 0.0, 1.0))
+
+
+# What the estimate API and the simulator fit: one of the estimators above.
+Estimator = (
+    IBU
+    | TwoStartIBU
+    | GridIBU
+    | KRRCheckedAgainstReports
+    | KRREmpiricalBayes
+    | PosteriorMedian
+    | MatrixInversion
+)
 
 
 def paired_se(differences: np.ndarray) -> float:
@@ -794,9 +930,7 @@ def has_empirical_bayes(subject) -> bool:
     return isinstance(subject, (KRRChannel, KRR)) and subject.n_inputs > 2
 
 
-def default_estimator(
-    channel, *, seed: int = 0
-) -> IBU | TwoStartIBU | GridIBU | KRREmpiricalBayes | PosteriorMedian | MatrixInversion:
+def default_estimator(channel, *, seed: int = 0) -> Estimator:
     """The estimator of :func:`default_method` for ``channel``."""
     method = default_method(channel)
     if method == ORACLE_DEFAULT_METHOD:
@@ -808,18 +942,22 @@ def default_estimator(
     return cross_validated_ibu(channel, seed=seed)
 
 
-def empirical_bayes(channel) -> KRREmpiricalBayes:
-    """k-RR's empirical Bayes estimate as the default runs it (raw shares mixed in)."""
+def empirical_bayes(channel) -> KRRCheckedAgainstReports:
+    """k-RR's empirical Bayes estimate as the default runs it (raw shares mixed in, and
+    checked against them on simulated surveys)."""
     if not has_empirical_bayes(channel):
         raise ValueError("empirical Bayes estimates k-RR over three categories or more")
-    return KRREmpiricalBayes(blend=KRR_BLEND)
+    return KRRCheckedAgainstReports(lambda: KRREmpiricalBayes(blend=KRR_BLEND))
 
 
-def posterior_median(channel) -> PosteriorMedian:
+def posterior_median(channel) -> PosteriorMedian | KRRCheckedAgainstReports:
     """The posterior median per category (k-RR, the geometric mechanism), mixed with the raw
-    report shares."""
+    report shares; over three k-RR categories or more, checked against them on simulated
+    surveys."""
     if not takes_posterior_median(channel):
         raise ValueError("the posterior median estimates k-RR and the geometric mechanism")
+    if has_empirical_bayes(channel):
+        return KRRCheckedAgainstReports(PosteriorMedian)
     return PosteriorMedian()
 
 

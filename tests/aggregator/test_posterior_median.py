@@ -15,6 +15,7 @@ from aggregator.estimation import DenseChannel, KRRChannel, channel_for, estimat
 from aggregator.estimation import posterior_median as median_module
 from aggregator.estimation.estimators import (
     GEOMETRIC_POSTERIOR_MEDIAN_MAX_NOISE_SHARE,
+    KRRCheckedAgainstReports,
     cross_validated_ibu,
     default_estimator,
     default_method,
@@ -226,7 +227,9 @@ def test_k_rr_takes_it_at_a_high_epsilon_and_empirical_bayes_below():
         assert default_method(KRR(epsilon=below, domain=domain)) == "empirical_bayes"
         channel = channel_for(KRR(epsilon=above, domain=domain))
         assert default_method(channel) == "posterior_median"
-        assert isinstance(default_estimator(channel), PosteriorMedian)
+        checked = default_estimator(channel)  # checked against the raw report shares
+        assert isinstance(checked, KRRCheckedAgainstReports)
+        assert isinstance(checked.make(), PosteriorMedian)
     # Randomized response at every epsilon.
     assert default_method(RandomizedResponse(epsilon=0.1)) == "posterior_median"
     assert noise_share(channel_for(RandomizedResponse(epsilon=0.1))) > 0.99
