@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +61,12 @@ class _Budget:
     lock: Any = field(default_factory=_native_lock)
 
 
+class _Meter:
+    """The work counted by one :func:`metered` block."""
+
+    units = 0
+
+
 def automatic_threads() -> int:
     """The CPUs this process may run on, at most :data:`MAX_AUTO_THREADS`."""
     try:
@@ -77,7 +83,10 @@ def threads() -> int:
 
 
 def charge(units: int) -> None:
-    """Count ``units`` of work against the current thread's budget, if it has one."""
+    """Count ``units`` of work against the current thread's budget, if it has one (and on
+    the thread's open :func:`metered` counts)."""
+    for meter in getattr(_local, "meters", ()):
+        meter.units += int(units)
     budget: _Budget | None = getattr(_local, "budget", None)
     if budget is None:
         return
@@ -94,6 +103,30 @@ def spent() -> int:
     """The work charged so far in the current thread's budget (0 without one)."""
     budget: _Budget | None = getattr(_local, "budget", None)
     return 0 if budget is None else budget.spent
+
+
+def remaining() -> int | None:
+    """The work the current thread's budget has left (None: no cap)."""
+    budget: _Budget | None = getattr(_local, "budget", None)
+    if budget is None or budget.max_work is None:
+        return None
+    return max(budget.max_work - budget.spent, 0)
+
+
+@contextmanager
+def metered() -> Iterator[Callable[[], int]]:
+    """Count the work the calling thread charges inside the block, with or without a budget:
+    ``with metered() as work: ...`` then ``work()`` (threads the block lends its budget to
+    are not counted)."""
+    meter = _Meter()
+    meters = getattr(_local, "meters", None)
+    if meters is None:
+        meters = _local.meters = []
+    meters.append(meter)
+    try:
+        yield lambda: meter.units
+    finally:
+        meters.remove(meter)  # by identity: meters compare as objects
 
 
 @contextmanager

@@ -94,6 +94,12 @@ RAW_MIX_MAX_WORK = 20_000_000
 # grid a unit per cell and IBU step, for k-RR a unit per category).
 REPORTS_CHECK_SURVEYS = 16
 REPORTS_CHECK_MAX_WORK = 4_000_000
+# ... for k-RR, where a fit's units are much cheaper (empirical Bayes: a distinct count times an
+# atom per EM step; 16 fits over 1,000 categories with 10^5 reports, 2.2 x 10^8 units, take
+# about 0.1 s): the 16 surveys' users and fits, at most this many units, the fits counted as
+# the estimate's own cost (budget.metered). Either check also keeps to half of what the
+# estimate's work budget has left.
+KRR_REPORTS_CHECK_MAX_WORK = 250_000_000
 # k-RR keeps the report shares only where they are the closer by this many standard errors
 # of the surveys' differences (their total variations are noisier than a grid's transport).
 KRR_REPORTS_CHECK_MARGIN = 2.0
@@ -633,7 +639,8 @@ class GridIBU:
     channel), IBU is replayed on each survey's reports with the same iteration count, and
     the raw report shares are kept if their mean :func:`~aggregator.estimation.transport.
     dyadic_transport` distance to the survey's users is smaller than the replayed IBU's. Where
-    that costs more than :data:`REPORTS_CHECK_MAX_WORK`, IBU is kept unchecked.
+    the estimate cannot afford that (:func:`affordable`, :data:`REPORTS_CHECK_MAX_WORK`), IBU
+    is kept unchecked.
 
     Attributes
     ----------
@@ -663,7 +670,7 @@ class GridIBU:
     def _check(self, counts: np.ndarray, channel: GridKernelChannel) -> ReportsCheck | None:
         n = round(float(counts.sum()))
         work = self.surveys * (n + self.ibu_.n_iter_ * channel.n_inputs)
-        if n < 1 or work > REPORTS_CHECK_MAX_WORK:
+        if n < 1 or not affordable(work, REPORTS_CHECK_MAX_WORK):
             return None
 
         def distance(fits: np.ndarray, users: np.ndarray) -> np.ndarray:
@@ -720,6 +727,13 @@ class ReportsCheck:
         )
 
 
+def affordable(work: int, cap: int) -> bool:
+    """Whether a check of ``work`` units may run: at most ``cap``, and at most half of what the
+    estimate's work budget has left (the estimate must not fail for a check)."""
+    left = budget.remaining()
+    return work <= cap and (left is None or 2 * work <= left)
+
+
 def check_against_reports(
     counts: np.ndarray,
     channel,
@@ -763,7 +777,8 @@ class KRRCheckedAgainstReports:
     """k-RR's default over three categories or more (empirical Bayes, or the posterior median
     at a high epsilon), or the raw report shares where surveys simulated from it find those
     the closer to the users by :data:`KRR_REPORTS_CHECK_MARGIN` standard errors in total
-    variation (:func:`check_against_reports`; the estimator is run again on each survey).
+    variation (:func:`check_against_reports`; the estimator is run again on each survey,
+    where the estimate can afford it: :func:`affordable`, :data:`KRR_REPORTS_CHECK_MAX_WORK`).
     Where near-uniform shares are measured finely, the fitted prior can pool shares that the
     reports had told apart.
 
@@ -782,10 +797,12 @@ class KRRCheckedAgainstReports:
 
     def fit(self, counts, channel) -> KRRCheckedAgainstReports:
         counts = report_counts(counts, channel)
-        self.inner_ = self.make().fit(counts, channel)
+        with budget.metered() as fit_work:
+            self.inner_ = self.make().fit(counts, channel)
         self.check_ = None
         n = round(float(counts.sum()))
-        if n >= 1 and self.surveys * (n + channel.n_inputs) <= REPORTS_CHECK_MAX_WORK:
+        work = self.surveys * (n + fit_work())
+        if n >= 1 and affordable(work, KRR_REPORTS_CHECK_MAX_WORK):
 
             def refit(reports: np.ndarray) -> np.ndarray:
                 return self.make().fit(reports, channel).frequencies_

@@ -49,3 +49,18 @@ def test_budgets_belong_to_their_thread():
 def test_a_limit_must_be_positive(kwargs):
     with pytest.raises(ValueError), budget.limited(**kwargs):
         pass
+
+
+def test_metered_counts_the_block_s_work_with_or_without_a_budget():
+    with budget.metered() as outer:
+        budget.charge(5)
+        with budget.metered() as inner:
+            budget.charge(7)
+        with budget.limited(max_work=100):
+            budget.charge(11)
+            assert budget.remaining() == 89
+    assert (inner(), outer()) == (7, 23)
+    assert budget.remaining() is None
+    with budget.limited(max_work=10):
+        budget.charge(10)
+        assert budget.remaining() == 0

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from aggregator.estimation import channel_for, estimators
+from aggregator.estimation import budget, channel_for, estimators
 from aggregator.estimation.compute import estimate
 from aggregator.estimation.estimators import (
     KRR_REPORTS_CHECK_MARGIN,
@@ -157,7 +157,7 @@ def test_k_rr_keeps_the_report_shares_where_the_prior_pools_shares_they_told_apa
         assert case.error(truth, fitted.inner_.frequencies_) > case.error(
             truth, fitted.frequencies_
         )
-    monkeypatch.setattr(estimators, "REPORTS_CHECK_MAX_WORK", 0)
+    monkeypatch.setattr(estimators, "KRR_REPORTS_CHECK_MAX_WORK", 0)
     unchecked = default_estimator(channel).fit(counts, channel)
     assert unchecked.check_ is None and not unchecked.kept_reports_
 
@@ -173,3 +173,25 @@ def test_k_rr_keeps_its_estimate_where_it_is_the_better_one():
     result = estimate(case.mechanism, counts)
     assert result.method == "empirical_bayes" and result.n_iter is None
     np.testing.assert_array_equal(result.frequencies, fitted.frequencies_)
+
+
+def test_a_check_the_estimate_cannot_afford_is_left_out(monkeypatch):
+    """Over its cap, or where it would take more than half of what the estimate's work budget
+    has left: the estimate is then the estimator's, and it does not fail for the check."""
+    case = krr_case("uniform-ish", 300, 8.0, 30_000)
+    channel = channel_for(case.mechanism)
+    counts, _ = case.reports(600)
+    with budget.metered() as work:
+        checked = default_estimator(channel).fit(counts, channel)
+    assert checked.kept_reports_
+    inner = default_estimator(channel).make()
+    with budget.metered() as inner_work:
+        inner.fit(counts, channel)
+    check = 16 * (30_000 + inner_work())
+    assert work() >= inner_work() + check  # the surveys' fits cost about as much each
+    with budget.limited(max_work=inner_work() + 2 * check - 1):
+        fitted = default_estimator(channel).fit(counts, channel)
+    assert fitted.check_ is None and not fitted.kept_reports_
+    np.testing.assert_array_equal(fitted.frequencies_, inner.frequencies_)
+    monkeypatch.setattr(estimators, "KRR_REPORTS_CHECK_MAX_WORK", check - 1)
+    assert default_estimator(channel).fit(counts, channel).check_ is None
