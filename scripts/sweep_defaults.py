@@ -118,6 +118,12 @@ def paired_ratio(table: np.ndarray) -> tuple[float, float]:
     return estimate_mean / raw_mean, 2 * spread / math.sqrt(len(differences)) / raw_mean
 
 
+def seeds_worse(table: np.ndarray) -> int:
+    """The seeds of ``table`` (as from :func:`errors`) whose estimate was worse than the raw
+    report shares."""
+    return int(np.sum(table[:, 0] > table[:, 1] * (1 + 1e-9)))
+
+
 def sweep(
     cases: Iterator[Case], seeds: Sequence[int], estimator=default_estimator
 ) -> tuple[list[Case], int, list[float]]:
@@ -133,7 +139,7 @@ def sweep(
         ratio = default_mean / raw_mean if raw_mean > 0 else 1.0
         if raw_mean > 0:
             ratios.append(ratio)
-        worse = int(np.sum(table[:, 0] > table[:, 1] * (1 + 1e-9)))
+        worse = seeds_worse(table)
         mark = " (!)" if ratio > 1 + 1e-9 else ""
         total += 1
         if mark:
@@ -164,7 +170,7 @@ def confirm(cases: Sequence[Case], seeds: Sequence[int], estimator=default_estim
             verdict = "better"
         else:
             verdict = "not told apart"
-        worse = int(np.sum(table[:, 0] > table[:, 1] * (1 + 1e-9)))
+        worse = seeds_worse(table)
         print(
             f"| {case.name} | {ratio:.3f} | {ratio - margin:.3f}-{ratio + margin:.3f} "
             f"| {worse} of {len(seeds)} | {verdict} |",

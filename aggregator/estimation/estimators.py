@@ -625,7 +625,36 @@ class TwoStartIBU:
         return text
 
 
-class GridIBU:
+class _CheckedAgainstReports:
+    """What an estimate checked against the raw report shares (:func:`check_against_reports`)
+    shares: its survey count and seed, the choice between the estimator's fit and the report
+    shares once ``check_`` is set, and the words for it (``UNIT``, ``MEASURE``)."""
+
+    UNIT: str
+    MEASURE: str
+    check_: ReportsCheck | None
+
+    def __init__(self, *, seed: int = 0, surveys: int = REPORTS_CHECK_SURVEYS):
+        if int(surveys) < 1:
+            raise ValueError(f"surveys must be >= 1, got {surveys!r}")
+        self.seed = seed
+        self.surveys = int(surveys)
+
+    def _settle(self, counts: np.ndarray, channel, fitted) -> None:
+        """``frequencies_`` and the rest from ``check_``: the report shares where it kept
+        them, else ``fitted``'s estimate."""
+        self.kept_reports_ = self.check_ is not None and self.check_.keeps_reports
+        self.frequencies_ = counts / counts.sum() if self.kept_reports_ else fitted.frequencies_
+        self.log_likelihood_ = log_likelihood(counts, channel.forward(self.frequencies_))
+        self.warnings_ = list(fitted.warnings_)
+
+    def _described(self, fitted: str) -> str:
+        if self.check_ is None or not self.kept_reports_:
+            return fitted
+        return self.check_.describe(fitted, self.UNIT, self.MEASURE)
+
+
+class GridIBU(_CheckedAgainstReports):
     """IBU stopped by cross-validation, or the raw report shares where those are the closer
     to the users' own cells (channels on a grid whose reports are its cells:
     :class:`~aggregator.estimation.channels.GridKernelChannel`).
@@ -649,22 +678,15 @@ class GridIBU:
     cells, or None: not checked), kept_reports_.
     """
 
-    def __init__(self, *, seed: int = 0, surveys: int = REPORTS_CHECK_SURVEYS):
-        if int(surveys) < 1:
-            raise ValueError(f"surveys must be >= 1, got {surveys!r}")
-        self.seed = seed
-        self.surveys = int(surveys)
+    UNIT, MEASURE = "cells", "a mean transport, in cells,"
 
     def fit(self, counts, channel) -> GridIBU:
         counts = report_counts(counts, channel)
         self.ibu_ = IBU(seed=self.seed, folds=DEFAULT_FOLDS).fit(counts, channel)
         self.check_ = self._check(counts, channel)
-        self.kept_reports_ = self.check_ is not None and self.check_.keeps_reports
-        self.frequencies_ = counts / counts.sum() if self.kept_reports_ else self.ibu_.frequencies_
+        self._settle(counts, channel, self.ibu_)
         self.n_iter_ = 0 if self.kept_reports_ else self.ibu_.n_iter_
         self.converged_ = self.ibu_.converged_
-        self.log_likelihood_ = log_likelihood(counts, channel.forward(self.frequencies_))
-        self.warnings_ = list(self.ibu_.warnings_)
         return self
 
     def _check(self, counts: np.ndarray, channel: GridKernelChannel) -> ReportsCheck | None:
@@ -695,10 +717,7 @@ class GridIBU:
         return self.ibu_.replay(counts, channel)
 
     def describe(self) -> str:
-        text = self.ibu_.describe()
-        if self.check_ is None or not self.kept_reports_:
-            return text
-        return self.check_.describe(text, "cells", "a mean transport, in cells,")
+        return self._described(self.ibu_.describe())
 
 
 @dataclass(frozen=True)
@@ -773,7 +792,7 @@ def check_against_reports(
     return ReportsCheck(surveys, float(scores[:, 0].mean()), float(scores[:, 1].mean()), se, margin)
 
 
-class KRRCheckedAgainstReports:
+class KRRCheckedAgainstReports(_CheckedAgainstReports):
     """k-RR's default over three categories or more (empirical Bayes, or the posterior median
     at a high epsilon), or the raw report shares where surveys simulated from it find those
     the closer to the users by :data:`KRR_REPORTS_CHECK_MARGIN` standard errors in total
@@ -788,12 +807,11 @@ class KRRCheckedAgainstReports:
     estimator), check_ (a :class:`ReportsCheck`, or None: not checked), kept_reports_.
     """
 
+    UNIT, MEASURE = "answers", "a mean total variation"
+
     def __init__(self, make, *, seed: int = 0, surveys: int = REPORTS_CHECK_SURVEYS):
-        if int(surveys) < 1:
-            raise ValueError(f"surveys must be >= 1, got {surveys!r}")
+        super().__init__(seed=seed, surveys=surveys)
         self.make = make
-        self.seed = seed
-        self.surveys = int(surveys)
 
     def fit(self, counts, channel) -> KRRCheckedAgainstReports:
         counts = report_counts(counts, channel)
@@ -801,8 +819,7 @@ class KRRCheckedAgainstReports:
             self.inner_ = self.make().fit(counts, channel)
         self.check_ = None
         n = round(float(counts.sum()))
-        work = self.surveys * (n + fit_work())
-        if n >= 1 and affordable(work, KRR_REPORTS_CHECK_MAX_WORK):
+        if n >= 1 and affordable(self.surveys * (n + fit_work()), KRR_REPORTS_CHECK_MAX_WORK):
 
             def refit(reports: np.ndarray) -> np.ndarray:
                 return self.make().fit(reports, channel).frequencies_
@@ -820,20 +837,12 @@ class KRRCheckedAgainstReports:
                 seed=self.seed,
                 margin=KRR_REPORTS_CHECK_MARGIN,
             )
-        self.kept_reports_ = self.check_ is not None and self.check_.keeps_reports
-        self.frequencies_ = (
-            counts / counts.sum() if self.kept_reports_ else self.inner_.frequencies_
-        )
+        self._settle(counts, channel, self.inner_)
         self.n_iter_ = self.converged_ = None
-        self.log_likelihood_ = log_likelihood(counts, channel.forward(self.frequencies_))
-        self.warnings_ = list(self.inner_.warnings_)
         return self
 
     def describe(self) -> str:
-        text = self.inner_.describe()
-        if self.check_ is None or not self.kept_reports_:
-            return text
-        return self.check_.describe(text, "answers", "a mean total variation")
+        return self._described(self.inner_.describe())
 
 
 def raw_report_weight(counts: np.ndarray, channel, estimate: np.ndarray, replay) -> float:

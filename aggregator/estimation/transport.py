@@ -1,13 +1,14 @@
 """A fast stand-in for the earth mover's distance between distributions on a grid.
 
 The earth mover's distance, the mass times the distance it must move to turn one distribution
-into the other, is how locations are judged (the dashboards and the benchmarks, by an exact
-solver); it takes a linear program. :func:`dyadic_transport` bounds it from the differences in
-mass over square blocks of 1, 2, 4, ... cells (the quadtree embedding of Indyk and Thaper,
-"Fast image retrieval via embeddings", 2003): each block's surplus or deficit must cross its
-border, and a block of side ``s`` is worth ``s`` cells of travel. In linear time it ranks
-estimates of a distribution as the exact distance does where their errors are local (a report
-moved by the noise, an estimate blurred or sharpened).
+into the other, is how locations are judged (the simulator and the benchmarks, by an exact
+solver); it takes a linear program. :func:`dyadic_transport` sums the differences in mass over
+square blocks of 1, 2, 4, ... cells, each weighted by the block's side (the quadtree embedding
+of Indyk and Thaper, "Fast image retrieval via embeddings", 2003): moving a block's surplus
+into its parent block costs at most a few times its side, so the sum bounds the earth mover's
+distance from above up to a constant factor. In linear time it ranks estimates of a
+distribution as the exact distance does where their errors are local (a report moved by the
+noise, an estimate blurred or sharpened).
 """
 
 from __future__ import annotations
