@@ -39,6 +39,7 @@ Categories with equal counts share a likelihood row, so one EM step costs
 from __future__ import annotations
 
 import numpy as np
+from scipy.stats import binom
 
 from aggregator.estimation import budget
 from aggregator.estimation.channels import KRRChannel, log_likelihood, report_counts
@@ -55,6 +56,9 @@ FINE_REACH_SD = 5.0
 MAX_FINE_ATOMS = 1000
 # The least variance of a count (a count is an integer: half a report's standard deviation).
 MIN_COUNT_VARIANCE = 0.25
+# Counts up to this get their exact likelihood under the mechanism's noise alone (larger ones a
+# normal one): participant_likelihoods.
+EXACT_COUNT_MAX = 30
 NOISE_MODELS = ("participants", "multinomial")
 # EM steps between two budget checks.
 CHUNK_STEPS = 32
@@ -103,6 +107,13 @@ def prior_atoms(
     return np.unique(np.concatenate([coarse, added[(added > 0) & (added < 1)]]))
 
 
+def participant_atoms(atoms: np.ndarray, n: int) -> np.ndarray:
+    """The shares the users who reported can hold, near ``atoms``: each rounded to a whole
+    number of the ``n`` users, and every count of users up to :data:`EXACT_COUNT_MAX`."""
+    users = np.concatenate([np.rint(atoms * n), np.arange(min(n, EXACT_COUNT_MAX) + 1)])
+    return np.unique(users) / n
+
+
 def participant_likelihoods(
     counts: np.ndarray, n: float, channel: KRRChannel, atoms: np.ndarray
 ) -> np.ndarray:
@@ -110,19 +121,47 @@ def participant_likelihoods(
     of a population they were drawn from: a row per count, scaled so that its largest entry
     is 1.
 
-    With ``n t`` of the ``n`` users in the category, its count is
-    ``Binomial(n t, p_keep) + Binomial(n (1 - t), p_other)``, whose variance
+    With ``u = n t`` of the ``n`` users in the category, its count is
+    ``Binomial(u, p_keep) + Binomial(n - u, p_other)``, whose variance
     ``n (t p_keep (1 - p_keep) + (1 - t) p_other (1 - p_other))`` is only the mechanism's: at a
     high epsilon it is far below the multinomial's ``n q (1 - q)``, which also counts the
-    drawing of the users. Taken as normal with that mean and variance (at least
-    :data:`MIN_COUNT_VARIANCE`).
+    drawing of the users. Counts up to :data:`EXACT_COUNT_MAX` get that sum's exact
+    probability (``u`` rounded to whole users; use :func:`participant_atoms`): a count of 0, 1
+    or 2 is far from normal, and the normal curve, which gives a count of 1 much the same
+    likelihood from no user (a stray report) as from one, put shares of a fraction of a user
+    on the many categories a few users or stray reports fall in. Larger counts are taken as
+    normal with that mean and variance (at least :data:`MIN_COUNT_VARIANCE`).
     """
     keep, other = channel.p_keep, channel.p_other
     mean = n * (other + (keep - other) * atoms)
     variance = n * (atoms * keep * (1.0 - keep) + (1.0 - atoms) * other * (1.0 - other))
     variance = np.maximum(variance, MIN_COUNT_VARIANCE)
     log_rows = -0.5 * (counts[:, None] - mean) ** 2 / variance - 0.5 * np.log(variance)
-    return np.exp(log_rows - log_rows.max(axis=1)[:, None])
+    rows = np.exp(log_rows - log_rows.max(axis=1)[:, None])
+    small = counts <= EXACT_COUNT_MAX
+    if np.any(small):
+        exact = exact_count_probabilities(int(counts[small].max()), n, channel, atoms)
+        exact = exact[:, counts[small].astype(int)].T
+        rows[small] = exact / np.maximum(exact.max(axis=1), np.finfo(float).tiny)[:, None]
+    return rows
+
+
+def exact_count_probabilities(
+    largest: int, n: float, channel: KRRChannel, atoms: np.ndarray
+) -> np.ndarray:
+    """``P(count = c)`` for ``c`` up to ``largest``, a row per atom: the count of a category
+    holding ``u = n t`` of the ``n`` users (``u`` rounded to whole users) is its users' kept
+    reports, ``Binomial(u, p_keep)``, plus the others' stray ones, ``Binomial(n - u,
+    p_other)``; a sum of two counts, so the lowest ``largest + 1`` probabilities of each
+    convolve exactly."""
+    users = np.rint(atoms * n)
+    values = np.arange(largest + 1)
+    kept = binom.pmf(values[None, :], users[:, None], channel.p_keep)
+    stray = binom.pmf(values[None, :], (round(n) - users)[:, None], channel.p_other)
+    total = np.zeros_like(kept)
+    for c in values:
+        total[:, c:] += kept[:, c : c + 1] * stray[:, : largest + 1 - c]
+    return total
 
 
 def _angle(report_share: float) -> float:
@@ -214,6 +253,7 @@ class KRREmpiricalBayes:
             self.weight_ = float(np.clip((self.gain_ - low) / (high - low), 0.0, 1.0))
         likelihood = binomial
         if self.noise == "participants" and self.weight_ > 0.0:
+            atoms = participant_atoms(atoms, round(n))
             likelihood = participant_likelihoods(distinct, n, channel, atoms)
             weights = self._fit_prior(likelihood, multiplicity)
         posterior_mean = (likelihood @ (weights * atoms)) / (likelihood @ weights)

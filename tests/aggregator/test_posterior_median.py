@@ -261,8 +261,8 @@ def test_k_rr_s_normal_likelihood_takes_over_within_a_user():
 def test_k_rr_at_a_high_epsilon_is_not_worse_than_the_raw_reports():
     # Zipf over 3 categories at epsilon 6 with 1,000 users (the sweep's draws, seeds 600-607):
     # empirical Bayes, the default before, was 1.155 times the raw shares' mean total
-    # variation; each category's posterior median keeps a count where no change is the
-    # likeliest explanation (0.90).
+    # variation (1.054 since its small counts have their exact likelihood); each category's
+    # posterior median keeps a count where no change is the likeliest explanation (0.90).
     case = krr_case("zipf", 3, 6.0, 1000)
     channel = channel_for(case.mechanism)
     errors: dict[str, list[float]] = {"default": [], "empirical Bayes": [], "raw": []}
@@ -277,7 +277,7 @@ def test_k_rr_at_a_high_epsilon_is_not_worse_than_the_raw_reports():
             errors[name].append(case.error(truth, fitted))
     mean = {name: float(np.mean(values)) for name, values in errors.items()}
     assert mean["default"] < 0.95 * mean["raw"], mean
-    assert mean["empirical Bayes"] > 1.1 * mean["raw"], mean
+    assert mean["default"] < 0.9 * mean["empirical Bayes"], mean
 
 
 def test_k_rr_s_estimate_names_the_mix_by_category():
