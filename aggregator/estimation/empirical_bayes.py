@@ -107,9 +107,14 @@ def prior_atoms(
     return np.unique(np.concatenate([coarse, added[(added > 0) & (added < 1)]]))
 
 
-def participant_atoms(atoms: np.ndarray, n: int) -> np.ndarray:
-    """The shares the users who reported can hold, near ``atoms``: each rounded to a whole
-    number of the ``n`` users, and every count of users up to :data:`EXACT_COUNT_MAX`."""
+def participant_atoms(atoms: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The atoms for :func:`participant_likelihoods` of ``counts``: where a count is at most
+    :data:`EXACT_COUNT_MAX` (its likelihood exact, on whole numbers of users), ``atoms``
+    rounded to whole numbers of the users and every count of users up to that; else
+    ``atoms`` as they are."""
+    n = round(float(counts.sum()))
+    if counts.min() > EXACT_COUNT_MAX:
+        return atoms
     users = np.concatenate([np.rint(atoms * n), np.arange(min(n, EXACT_COUNT_MAX) + 1)])
     return np.unique(users) / n
 
@@ -253,7 +258,7 @@ class KRREmpiricalBayes:
             self.weight_ = float(np.clip((self.gain_ - low) / (high - low), 0.0, 1.0))
         likelihood = binomial
         if self.noise == "participants" and self.weight_ > 0.0:
-            atoms = participant_atoms(atoms, round(n))
+            atoms = participant_atoms(atoms, counts)
             likelihood = participant_likelihoods(distinct, n, channel, atoms)
             weights = self._fit_prior(likelihood, multiplicity)
         posterior_mean = (likelihood @ (weights * atoms)) / (likelihood @ weights)
