@@ -38,7 +38,7 @@ trials and only prints::
 
     python scripts/bench_coverage.py           # full run
     python scripts/bench_coverage.py --quick   # smoke run (seconds)
-    python scripts/bench_coverage.py --only planar   # some configurations (print only)
+    python scripts/bench_coverage.py --only planar   # some configurations, as in the full run (print only)
     python scripts/bench_coverage.py --only planar --replicates 8   # fewer bootstrap refits
 """
 
@@ -342,10 +342,16 @@ def main(argv: list[str] | None = None) -> int:
     configs += [(c, KRR_TRIALS) for c in geometric_configs(args.quick)]
     if args.quick:
         configs = [(config, 3) for config, _ in configs]
-    configs = [(config, trials) for config, trials in configs if args.only in config.family]
+    # Each configuration's seed is its place in the whole list, so that --only gives the rows
+    # of the full run.
+    chosen = [
+        (index, config, trials)
+        for index, (config, trials) in enumerate(configs)
+        if args.only in config.family
+    ]
     results = []
     started = time.perf_counter()
-    for index, (config, trials) in enumerate(configs):
+    for index, config, trials in chosen:
         tally = run(config, trials, seed=args.seed + index, replicates=args.replicates)
         results.append((config, tally))
         name, worst = tally.worst_class
