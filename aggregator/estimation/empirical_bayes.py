@@ -108,10 +108,9 @@ def prior_atoms(
 
 
 def participant_atoms(atoms: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The atoms for :func:`participant_likelihoods` of ``counts``: where a count is at most
-    :data:`EXACT_COUNT_MAX` (its likelihood exact, on whole numbers of users), ``atoms``
-    rounded to whole numbers of the users and every count of users up to that; else
-    ``atoms`` as they are."""
+    """The atoms the users' prior is fitted on for ``counts``: where some count is at most
+    :data:`EXACT_COUNT_MAX` (its likelihood exact, on whole numbers of users), ``atoms`` rounded
+    to whole users and every number of users up to that; else ``atoms`` unchanged."""
     n = round(float(counts.sum()))
     if counts.min() > EXACT_COUNT_MAX:
         return atoms
