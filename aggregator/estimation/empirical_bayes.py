@@ -108,14 +108,20 @@ def prior_atoms(
 
 
 def participant_atoms(atoms: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The atoms the users' prior is fitted on for ``counts``: where some count is at most
-    :data:`EXACT_COUNT_MAX` (its likelihood exact, on whole numbers of users), ``atoms`` rounded
-    to whole users and every number of users up to that; else ``atoms`` unchanged."""
+    """The atoms the users' prior is fitted on for ``counts``: where some count's likelihood is
+    exact (:func:`exact_counts`; it is on whole numbers of users), ``atoms`` rounded to whole
+    users and every number of users up to :data:`EXACT_COUNT_MAX`; else ``atoms`` unchanged."""
     n = round(float(counts.sum()))
-    if counts.min() > EXACT_COUNT_MAX:
+    if not np.any(exact_counts(counts)):
         return atoms
     users = np.concatenate([np.rint(atoms * n), np.arange(min(n, EXACT_COUNT_MAX) + 1)])
     return np.unique(users) / n
+
+
+def exact_counts(counts: np.ndarray) -> np.ndarray:
+    """Which ``counts`` get their exact likelihood: whole numbers up to :data:`EXACT_COUNT_MAX`
+    (counts given as fractions, from weighted reports, keep the normal one)."""
+    return (counts <= EXACT_COUNT_MAX) & (counts == np.rint(counts))
 
 
 def participant_likelihoods(
@@ -129,7 +135,7 @@ def participant_likelihoods(
     ``Binomial(u, p_keep) + Binomial(n - u, p_other)``, whose variance
     ``n (t p_keep (1 - p_keep) + (1 - t) p_other (1 - p_other))`` is only the mechanism's: at a
     high epsilon it is far below the multinomial's ``n q (1 - q)``, which also counts the
-    drawing of the users. Counts up to :data:`EXACT_COUNT_MAX` get that sum's exact
+    drawing of the users. Whole counts up to :data:`EXACT_COUNT_MAX` get that sum's exact
     probability (``u`` rounded to whole users; use :func:`participant_atoms`): a count of 0, 1
     or 2 is far from normal, and the normal curve, which gives a count of 1 much the same
     likelihood from no user (a stray report) as from one, put shares of a fraction of a user
@@ -142,7 +148,7 @@ def participant_likelihoods(
     variance = np.maximum(variance, MIN_COUNT_VARIANCE)
     log_rows = -0.5 * (counts[:, None] - mean) ** 2 / variance - 0.5 * np.log(variance)
     rows = np.exp(log_rows - log_rows.max(axis=1)[:, None])
-    small = counts <= EXACT_COUNT_MAX
+    small = exact_counts(counts)
     if np.any(small):
         exact = exact_count_probabilities(int(counts[small].max()), n, channel, atoms)
         exact = exact[:, counts[small].astype(int)].T

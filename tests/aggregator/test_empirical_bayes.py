@@ -12,7 +12,7 @@ import pytest
 from scipy.stats import binom
 from test_estimation_default import reports, zipf_krr
 
-from aggregator.estimation import IBU, budget, channel_for
+from aggregator.estimation import IBU, budget, channel_for, empirical_bayes
 from aggregator.estimation.channels import KRRChannel, report_counts
 from aggregator.estimation.empirical_bayes import (
     DEFAULT_ATOMS,
@@ -205,3 +205,19 @@ def test_few_reports_per_category_at_a_high_epsilon_are_not_worse_than_the_raw_s
         )
         raw.append(case.error(truth, counts / counts.sum()))
     assert np.mean(fitted) < 0.98 * np.mean(raw)
+
+
+def test_fractional_counts_keep_the_normal_likelihood(monkeypatch):
+    # Weighted reports give fractional counts, which have no exact probability (taking 0.5 as
+    # a count of 0 was wrong): their rows are the normal curve's, whole counts' the exact ones.
+    channel = channel_for(KRR(epsilon=8.0, domain=[f"c{i}" for i in range(6)]))
+    users = np.arange(41) / 40
+    counts = np.array([0.5, 1.5, 2.0, 8.0, 10.0, 18.0])
+    rows = participant_likelihoods(counts, 40.0, channel, users)
+    monkeypatch.setattr(empirical_bayes, "EXACT_COUNT_MAX", -1)
+    normal = participant_likelihoods(counts, 40.0, channel, users)
+    monkeypatch.undo()
+    np.testing.assert_allclose(rows[:2], normal[:2])
+    assert not np.allclose(rows[2], normal[2])
+    fitted = KRREmpiricalBayes().fit(counts, channel)
+    assert np.isclose(fitted.frequencies_.sum(), 1.0) and np.all(fitted.frequencies_ >= 0)
