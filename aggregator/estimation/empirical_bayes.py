@@ -142,13 +142,15 @@ def participant_likelihoods(
     on the many categories a few users or stray reports fall in. Larger counts are taken as
     normal with that mean and variance (at least :data:`MIN_COUNT_VARIANCE`).
     """
-    keep, other = channel.p_keep, channel.p_other
-    mean = n * (other + (keep - other) * atoms)
-    variance = n * (atoms * keep * (1.0 - keep) + (1.0 - atoms) * other * (1.0 - other))
-    variance = np.maximum(variance, MIN_COUNT_VARIANCE)
-    log_rows = -0.5 * (counts[:, None] - mean) ** 2 / variance - 0.5 * np.log(variance)
-    rows = np.exp(log_rows - log_rows.max(axis=1)[:, None])
+    rows = np.empty((counts.size, atoms.size))
     small = exact_counts(counts)
+    if not np.all(small):
+        keep, other = channel.p_keep, channel.p_other
+        mean = n * (other + (keep - other) * atoms)
+        variance = n * (atoms * keep * (1.0 - keep) + (1.0 - atoms) * other * (1.0 - other))
+        variance = np.maximum(variance, MIN_COUNT_VARIANCE)
+        log_rows = -0.5 * (counts[~small, None] - mean) ** 2 / variance - 0.5 * np.log(variance)
+        rows[~small] = np.exp(log_rows - log_rows.max(axis=1)[:, None])
     if np.any(small):
         exact = exact_count_probabilities(int(counts[small].max()), n, channel, atoms)
         exact = exact[:, counts[small].astype(int)].T
