@@ -152,28 +152,31 @@ def participant_likelihoods(
         log_rows = -0.5 * (counts[~small, None] - mean) ** 2 / variance - 0.5 * np.log(variance)
         rows[~small] = np.exp(log_rows - log_rows.max(axis=1)[:, None])
     if np.any(small):
-        exact = exact_count_probabilities(int(counts[small].max()), n, channel, atoms)
+        exact = exact_count_log_probabilities(int(counts[small].max()), n, channel, atoms)
         exact = exact[:, counts[small].astype(int)].T
-        rows[small] = exact / np.maximum(exact.max(axis=1), np.finfo(float).tiny)[:, None]
+        rows[small] = np.exp(exact - exact.max(axis=1)[:, None])
     return rows
 
 
-def exact_count_probabilities(
+def exact_count_log_probabilities(
     largest: int, n: float, channel: KRRChannel, atoms: np.ndarray
 ) -> np.ndarray:
-    """``P(count = c)`` for ``c`` up to ``largest``, a row per atom: the count of a category
+    """``log P(count = c)`` for ``c`` up to ``largest``, a row per atom: the count of a category
     holding ``u = n t`` of the ``n`` users (``u`` rounded to whole users) is its users' kept
     reports, ``Binomial(u, p_keep)``, plus the others' stray ones, ``Binomial(n - u,
     p_other)``; a sum of two counts, so the lowest ``largest + 1`` probabilities of each
-    convolve exactly."""
+    convolve exactly. In logs: a count far from what any share makes likely (a category with
+    no report from thousands of users at a low epsilon) has probabilities below the smallest
+    float at every atom, and only their ratios matter."""
     users = np.rint(atoms * n)
     values = np.arange(largest + 1)
-    kept = binom.pmf(values[None, :], users[:, None], channel.p_keep)
-    stray = binom.pmf(values[None, :], (round(n) - users)[:, None], channel.p_other)
-    total = np.zeros_like(kept)
-    for c in values:
-        total[:, c:] += kept[:, c : c + 1] * stray[:, : largest + 1 - c]
-    return total
+    kept = binom.logpmf(values[None, :], users[:, None], channel.p_keep)
+    stray = binom.logpmf(values[None, :], (round(n) - users)[:, None], channel.p_other)
+    # terms[:, c, j]: j of the count's reports kept from its users, c - j stray.
+    taken = values[:, None] - values[None, :]
+    terms = kept[:, None, :] + np.where(taken >= 0, stray[:, np.maximum(taken, 0)], -np.inf)
+    largest_term = terms.max(axis=2)
+    return largest_term + np.log(np.exp(terms - largest_term[:, :, None]).sum(axis=2))
 
 
 def _angle(report_share: float) -> float:

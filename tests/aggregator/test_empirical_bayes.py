@@ -17,7 +17,7 @@ from aggregator.estimation.channels import KRRChannel, report_counts
 from aggregator.estimation.empirical_bayes import (
     DEFAULT_ATOMS,
     KRREmpiricalBayes,
-    exact_count_probabilities,
+    exact_count_log_probabilities,
     participant_likelihoods,
     prior_atoms,
 )
@@ -178,7 +178,7 @@ def test_small_counts_get_the_exact_probability_of_kept_and_stray_reports():
     channel = channel_for(KRR(epsilon=3.0, domain=[f"c{i}" for i in range(5)]))
     n = 40
     users = np.arange(n + 1)
-    exact = exact_count_probabilities(n, n, channel, users / n)
+    exact = np.exp(exact_count_log_probabilities(n, n, channel, users / n))
     for u in users:
         kept = binom.pmf(np.arange(u + 1), u, channel.p_keep)
         stray = binom.pmf(np.arange(n - u + 1), n - u, channel.p_other)
@@ -221,3 +221,24 @@ def test_fractional_counts_keep_the_normal_likelihood(monkeypatch):
     assert not np.allclose(rows[2], normal[2])
     fitted = KRREmpiricalBayes().fit(counts, channel)
     assert np.isclose(fitted.frequencies_.sum(), 1.0) and np.all(fitted.frequencies_ >= 0)
+
+
+@pytest.mark.parametrize(
+    ("k", "epsilon", "counts"),
+    [(3, 0.01, [3000, 0, 0]), (3, 0.01, [0, 1500, 1500]), (7, 1.0, [10**7, 0, 0, 0, 0, 0, 0])],
+)
+def test_counts_no_share_makes_likely_still_get_an_estimate(k, epsilon, counts):
+    # At epsilon 0.01 over 3 categories a report lands on any category with probability about
+    # 1/3 whatever the users hold, so no category goes without a report from 3,000 users
+    # (flooded or broken clients can still store such counts). A count of 0 then had a
+    # probability below the smallest float at every atom: its likelihood row was all 0, the
+    # prior's EM divided by 0 and the estimate failed on NaN.
+    channel = channel_for(KRR(epsilon=epsilon, domain=[f"c{i}" for i in range(k)]))
+    counts = np.asarray(counts, dtype=float)
+    rows = participant_likelihoods(np.unique(counts), counts.sum(), channel, np.linspace(0, 1, 11))
+    assert np.all(np.isfinite(rows)) and rows.max(axis=1).tolist() == [1.0, 1.0]
+    with np.errstate(divide="raise", invalid="raise"):
+        fitted = default_estimator(channel).fit(counts, channel)
+    assert np.all(np.isfinite(fitted.frequencies_)) and np.isclose(fitted.frequencies_.sum(), 1)
+    # The estimate follows the reports: the categories they fell on hold every user.
+    assert fitted.frequencies_[counts > 0].sum() > 0.99
