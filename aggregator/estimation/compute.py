@@ -120,7 +120,8 @@ def estimate(
         estimator = ibu.describe()
         warnings = tuple(ibu.warnings_)
 
-        # The same iteration counts on the redrawn counts (a new estimator per refit).
+        # The same iteration counts on the redrawn counts (a new estimator per refit; all the
+        # replicates at once where the channel's products act by row).
         def refit(redrawn: np.ndarray) -> np.ndarray:
             return ibu.replay(redrawn, channel)
 
@@ -144,6 +145,7 @@ def estimate(
         unbiased=getattr(fitted, "unbiased_", None),
         replicates=BOOTSTRAP_REPLICATES if n_bootstrap is None else int(n_bootstrap),
         moves=getattr(fitted, "moves_", None),
+        refit_rows=method == "ibu" and channel.products_by_row,
     )
     log_lik = getattr(fitted, "log_likelihood_", None)
     return EstimateResult(

@@ -214,9 +214,10 @@ def _steps(channel, counts: np.ndarray, start: str = "uniform"):
 
 def report_start(counts: np.ndarray) -> np.ndarray:
     """The report shares as a starting distribution over the same values, every share at
-    least :data:`REPORT_START_FLOOR` (IBU's steps cannot raise a share of 0)."""
-    start = np.maximum(counts / counts.sum(), REPORT_START_FLOOR)
-    return start / start.sum()
+    least :data:`REPORT_START_FLOOR` (IBU's steps cannot raise a share of 0); per row where
+    ``counts`` has several."""
+    start = np.maximum(counts / counts.sum(axis=-1, keepdims=True), REPORT_START_FLOOR)
+    return start / start.sum(axis=-1, keepdims=True)
 
 
 def advance_charged(steps, count: int, tol: float, units_per_step: int) -> tuple[int, float]:
@@ -270,7 +271,10 @@ class _BatchFoldSteps:
 
 def _fold_steps(channel, train: np.ndarray, start: str = "uniform"):
     """Steps on every fold's training counts from ``start``: batched where the channel can
-    (k-RR from uniform)."""
+    (its products act by row, as the geometric mechanism's do; k-RR's own steps from
+    uniform)."""
+    if channel.products_by_row:
+        return _BatchFoldSteps(_steps(channel, train, start))
     batched = isinstance(channel, KRRChannel) and start == "uniform"
     batch = channel.ibu_steps(train) if batched else None
     return _FoldSteps(channel, train, start) if batch is None else _BatchFoldSteps(batch)
@@ -517,7 +521,15 @@ class IBU:
 
     def replay(self, counts, channel) -> np.ndarray:
         """The last fit's regularisation (its iteration count) on other counts, e.g. a
-        bootstrap's redrawn ones. A new estimator each call, so that calls may run at once."""
+        bootstrap's redrawn ones. A new estimator each call, so that calls may run at once.
+
+        Where the channel's products act by row, ``counts`` may be several sets, one per row,
+        run side by side (every row the whole count: no early stop at convergence)."""
+        counts = np.asarray(counts, dtype=float)
+        if counts.ndim == 2 and channel.products_by_row:
+            steps = _steps(channel, counts, self.start)
+            advance_charged(steps, self.n_iter_, 0.0, channel.n_inputs * counts.shape[0])
+            return steps.p
         again = IBU(stopping="tolerance", seed=self.seed, start=self.start)
         return again.fit(counts, channel, n_iter=self.n_iter_).frequencies_
 
@@ -600,13 +612,15 @@ class TwoStartIBU:
         return self.weight_ * from_uniform + (1.0 - self.weight_) * from_reports
 
     def _with_raw(self, runs: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        return (1.0 - self.raw_weight_) * runs + self.raw_weight_ * counts / counts.sum()
+        shares = counts / counts.sum(axis=-1, keepdims=True)
+        return (1.0 - self.raw_weight_) * runs + self.raw_weight_ * shares
 
     def _replay_runs(self, counts, channel) -> np.ndarray:
         return self._mix(*(run.replay(counts, channel) for run in self.runs_))
 
     def replay(self, counts, channel) -> np.ndarray:
-        """Both runs' iteration counts and the weights of the last fit, on other counts."""
+        """Both runs' iteration counts and the weights of the last fit, on other counts (one
+        set per row, side by side, as :meth:`IBU.replay`)."""
         return self._with_raw(self._replay_runs(counts, channel), np.asarray(counts, float))
 
     def describe(self) -> str:
@@ -881,12 +895,9 @@ def raw_report_weight(counts: np.ndarray, channel, estimate: np.ndarray, replay)
     sigma_inverse = channel.solve_with_info(sigma)[0]
     # Each count moved up by one, and down by one where it can be (a one-sided step at 0).
     down = (counts >= 1.0).astype(float)
-    derivative = np.column_stack(
-        [
-            replay(up, channel) - replay(below, channel)
-            for up, below in zip(counts + np.eye(k), counts - np.diag(down), strict=True)
-        ]
-    ) / (1.0 + down)
+    # The geometric channel's products act by row: every moved count's replay side by side.
+    derivative = (replay(counts + np.eye(k), channel) - replay(counts - np.diag(down), channel)).T
+    derivative = derivative / (1.0 + down)
     raw_off = counts / n - inverse
     slope = np.trace(derivative @ sigma_inverse) / n - np.trace(sigma_inverse) / n**2
     return float(np.clip(1.0 + (raw_off @ apart + slope) / spread, 0.0, 1.0))

@@ -148,6 +148,7 @@ def confidence_interval(
     unbiased: np.ndarray | None = None,
     replicates: int = BOOTSTRAP_REPLICATES,
     moves: tuple[np.ndarray, np.ndarray] | None = None,
+    refit_rows: bool = False,
 ) -> Interval:
     """Confidence intervals at level ``confidence`` for the estimate ``point``.
 
@@ -165,6 +166,9 @@ def confidence_interval(
         ``refit(counts) -> estimate``: the same estimator on other counts, reusing the
         regularisation chosen on ``counts`` (used by the error bootstrap only; each call's own
         steps are charged to :mod:`budget` by the estimator that runs them).
+    refit_rows : bool
+        ``refit`` takes every replicate's counts at once, one per row, and returns their
+        estimates as rows (IBU's replays on a channel whose products act by row).
     seed : int
         Seeds the bootstrap and the variance probes (intervals are reproducible).
     unbiased : numpy.ndarray, optional
@@ -243,6 +247,7 @@ def confidence_interval(
             seed=seed,
             reference=lambda: fitted_reference().fit,
             reference_noise=reference_noise if channel.products_by_row else None,
+            refit_rows=refit_rows,
         )
         equivalent = fitted_reference().equivalent
         less_noise = ", less that distance's noise in the bootstrap" if measures_noise() else ""
@@ -425,6 +430,7 @@ def bootstrap_error_interval(
     seed: int = 0,
     reference: np.ndarray | Callable[[], np.ndarray] | None = None,
     reference_noise: Callable[[np.ndarray], np.ndarray | None] | None = None,
+    refit_rows: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``point +- t sqrt(mse + d^2)``: ``mse`` the mean square error of ``refit`` on counts
     redrawn from ``point``'s report distribution (``point`` is the bootstrap world's truth),
@@ -434,7 +440,8 @@ def bootstrap_error_interval(
     ``reference_noise(redrawn)``, given the redrawn counts (one replicate per row), returns
     the reference fit of each (or None: not measured). ``d^2`` then loses the variance over the
     replicates of a refit's distance to its reference fit: what ``d^2`` holds beside the bias
-    it stands for (at most all of it).
+    it stands for (at most all of it). With ``refit_rows``, ``refit`` is given every
+    replicate's counts at once, one per row.
     """
     if replicates < 2:
         raise ValueError(f"replicates must be >= 2, got {replicates!r}")
@@ -454,8 +461,13 @@ def bootstrap_error_interval(
 
     squared_error = np.zeros(channel.n_inputs)
     refits = []
-    # The refits side by side; their errors summed in the replicates' order.
-    for fit in parallel.map_ordered(refit, redraws(), alone=not channel.steps_run_in_parallel):
+    # The refits side by side (all in one call, or on the estimate's threads); their errors
+    # summed in the replicates' order.
+    if refit_rows:
+        fits = list(refit(np.asarray(list(redraws()))))
+    else:
+        fits = parallel.map_ordered(refit, redraws(), alone=not channel.steps_run_in_parallel)
+    for fit in fits:
         squared_error += (fit - point) ** 2
         if reference_noise is not None:
             refits.append(fit)
