@@ -50,6 +50,14 @@ class EstimateTimedOut(EstimateAborted):
         self.seconds = seconds
 
 
+class ShareExhausted(EstimateAborted):
+    """A part of an estimate that it can do without ran out of its :func:`share` of the
+    budget; the part catches it and the estimate goes on without it."""
+
+    def __init__(self):
+        super().__init__("a part of the estimate ran out of its share of the budget")
+
+
 @dataclass
 class _Budget:
     max_work: int | None
@@ -59,6 +67,25 @@ class _Budget:
     spent: int = 0
     # Threads lent this budget charge it too, under a lock of the operating system's.
     lock: Any = field(default_factory=_native_lock)
+    # A share for a part the estimate can do without (share()): running out of it raises
+    # ShareExhausted, and its work counts in the parent budget too, if there is one.
+    optional: bool = False
+    parent: _Budget | None = None
+
+    def chain(self) -> Iterator[_Budget]:
+        """This budget, then the budgets it is a share of."""
+        budget: _Budget | None = self
+        while budget is not None:
+            yield budget
+            budget = budget.parent
+
+    def check(self) -> None:
+        """Raise if the cap or the time limit is passed."""
+        if self.max_work is not None and self.spent > self.max_work:
+            raise ShareExhausted() if self.optional else WorkLimitExceeded(self.max_work)
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            assert self.timeout_s is not None
+            raise ShareExhausted() if self.optional else EstimateTimedOut(self.timeout_s)
 
 
 class _Meter:
@@ -90,13 +117,13 @@ def charge(units: int) -> None:
     budget: _Budget | None = getattr(_local, "budget", None)
     if budget is None:
         return
-    with budget.lock:
-        budget.spent += int(units)
-    if budget.max_work is not None and budget.spent > budget.max_work:
-        raise WorkLimitExceeded(budget.max_work)
-    if budget.deadline is not None and time.monotonic() > budget.deadline:
-        assert budget.timeout_s is not None
-        raise EstimateTimedOut(budget.timeout_s)
+    chain = list(budget.chain())
+    for each in chain:
+        with each.lock:
+            each.spent += int(units)
+    # A share's limits first: they lie within its parent's.
+    for each in chain:
+        each.check()
 
 
 def spent() -> int:
@@ -108,9 +135,10 @@ def spent() -> int:
 def remaining() -> int | None:
     """The work the current thread's budget has left (None: no cap)."""
     budget: _Budget | None = getattr(_local, "budget", None)
-    if budget is None or budget.max_work is None:
+    if budget is None:
         return None
-    return max(budget.max_work - budget.spent, 0)
+    caps = [each.max_work - each.spent for each in budget.chain() if each.max_work is not None]
+    return max(min(caps), 0) if caps else None
 
 
 @contextmanager
@@ -143,6 +171,26 @@ def limited(
         raise ValueError(f"threads must be >= 0, got {threads!r}")
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     with lent(_Budget(max_work, timeout_s, deadline, threads or automatic_threads())):
+        yield
+
+
+@contextmanager
+def share(max_work: int | None) -> Iterator[None]:
+    """Run a part of the estimate that it can do without (a check of its choice) on at most
+    ``max_work`` units (None: any) and half the time the budget has left; past either the
+    part raises :class:`ShareExhausted`, for it to catch, so that the estimate keeps the rest
+    of its budget. Its work counts in the budget too. Outside :func:`limited`, only
+    ``max_work`` binds."""
+    parent: _Budget | None = getattr(_local, "budget", None)
+    if max_work is None and parent is None:
+        yield
+        return
+    deadline = timeout_s = None
+    if parent is not None and parent.deadline is not None:
+        timeout_s = max(parent.deadline - time.monotonic(), 0.0) / 2
+        deadline = time.monotonic() + timeout_s
+    threads = automatic_threads() if parent is None else parent.threads
+    with lent(_Budget(max_work, timeout_s, deadline, threads, optional=True, parent=parent)):
         yield
 
 

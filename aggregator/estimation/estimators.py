@@ -16,6 +16,7 @@ reports of output ``y``; ``channel`` is a :class:`channels.Channel`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -682,8 +683,8 @@ class GridIBU(_CheckedAgainstReports):
     channel), IBU is replayed on each survey's reports with the same iteration count, and
     the raw report shares are kept if their mean :func:`~aggregator.estimation.transport.
     dyadic_transport` distance to the survey's users is smaller than the replayed IBU's. Where
-    the estimate cannot afford that (:func:`affordable`, :data:`REPORTS_CHECK_MAX_WORK`), IBU
-    is kept unchecked.
+    the estimate cannot afford that (:func:`affordable_check`, :data:`REPORTS_CHECK_MAX_WORK`),
+    IBU is kept unchecked.
 
     Attributes
     ----------
@@ -705,21 +706,24 @@ class GridIBU(_CheckedAgainstReports):
 
     def _check(self, counts: np.ndarray, channel: GridKernelChannel) -> ReportsCheck | None:
         n = round(float(counts.sum()))
-        work = self.surveys * (n + self.ibu_.n_iter_ * channel.n_inputs)
-        if n < 1 or not affordable(work, REPORTS_CHECK_MAX_WORK):
+        if n < 1:
             return None
 
         def distance(fits: np.ndarray, users: np.ndarray) -> np.ndarray:
             return dyadic_transport(fits, users, channel.rows, channel.cols)
 
-        return check_against_reports(
-            counts,
-            channel,
-            self.ibu_.frequencies_,
-            lambda reports: self.ibu_.replay(reports, channel),
-            distance,
-            surveys=self.surveys,
-            seed=self.seed,
+        return affordable_check(
+            self.surveys * (n + self.ibu_.n_iter_ * channel.n_inputs),
+            REPORTS_CHECK_MAX_WORK,
+            lambda: check_against_reports(
+                counts,
+                channel,
+                self.ibu_.frequencies_,
+                lambda reports: self.ibu_.replay(reports, channel),
+                distance,
+                surveys=self.surveys,
+                seed=self.seed,
+            ),
         )
 
     def replay(self, counts, channel) -> np.ndarray:
@@ -760,11 +764,22 @@ class ReportsCheck:
         )
 
 
-def affordable(work: int, cap: int) -> bool:
-    """Whether a check of ``work`` units may run: at most ``cap``, and at most half of what the
-    estimate's work budget has left (the estimate must not fail for a check)."""
+def affordable_check(work: int, cap: int, run: Callable[[], ReportsCheck]) -> ReportsCheck | None:
+    """``run()``, a check of the estimate's choice, where its expected ``work`` is at most
+    ``cap`` and at most half of what the estimate's work budget has left, on that share of the
+    budget (:func:`budget.share`: and on half the time left); None where it cannot afford it.
+    A check can turn out to cost more than expected (a survey's refit can cost more than the
+    fit it repeats); it is then left unfinished, and None returned, so that the estimate never
+    fails for it."""
     left = budget.remaining()
-    return work <= cap and (left is None or 2 * work <= left)
+    allowed = cap if left is None else min(cap, left // 2)
+    if work > allowed:
+        return None
+    try:
+        with budget.share(allowed):
+            return run()
+    except budget.ShareExhausted:
+        return None
 
 
 def check_against_reports(
@@ -811,7 +826,8 @@ class KRRCheckedAgainstReports(_CheckedAgainstReports):
     at a high epsilon), or the raw report shares where surveys simulated from it find those
     the closer to the users by :data:`KRR_REPORTS_CHECK_MARGIN` standard errors in total
     variation (:func:`check_against_reports`; the estimator is run again on each survey,
-    where the estimate can afford it: :func:`affordable`, :data:`KRR_REPORTS_CHECK_MAX_WORK`).
+    where the estimate can afford it: :func:`affordable_check`,
+    :data:`KRR_REPORTS_CHECK_MAX_WORK`).
     Where near-uniform shares are measured finely, the fitted prior can pool shares that the
     reports had told apart.
 
@@ -833,7 +849,7 @@ class KRRCheckedAgainstReports(_CheckedAgainstReports):
             self.inner_ = self.make().fit(counts, channel)
         self.check_ = None
         n = round(float(counts.sum()))
-        if n >= 1 and affordable(self.surveys * (n + fit_work()), KRR_REPORTS_CHECK_MAX_WORK):
+        if n >= 1:
 
             def refit(reports: np.ndarray) -> np.ndarray:
                 return self.make().fit(reports, channel).frequencies_
@@ -841,15 +857,19 @@ class KRRCheckedAgainstReports(_CheckedAgainstReports):
             def distance(fits: np.ndarray, users: np.ndarray) -> np.ndarray:
                 return 0.5 * np.abs(fits - users).sum(axis=-1)
 
-            self.check_ = check_against_reports(
-                counts,
-                channel,
-                self.inner_.frequencies_,
-                refit,
-                distance,
-                surveys=self.surveys,
-                seed=self.seed,
-                margin=KRR_REPORTS_CHECK_MARGIN,
+            self.check_ = affordable_check(
+                self.surveys * (n + fit_work()),
+                KRR_REPORTS_CHECK_MAX_WORK,
+                lambda: check_against_reports(
+                    counts,
+                    channel,
+                    self.inner_.frequencies_,
+                    refit,
+                    distance,
+                    surveys=self.surveys,
+                    seed=self.seed,
+                    margin=KRR_REPORTS_CHECK_MARGIN,
+                ),
             )
         self._settle(counts, channel, self.inner_)
         self.n_iter_ = self.converged_ = None

@@ -64,3 +64,48 @@ def test_metered_counts_the_block_s_work_with_or_without_a_budget():
     with budget.limited(max_work=10):
         budget.charge(10)
         assert budget.remaining() == 0
+
+
+def test_a_share_counts_in_its_budget_and_runs_out_on_its_own():
+    with budget.limited(max_work=100):
+        budget.charge(10)
+        with pytest.raises(budget.ShareExhausted), budget.share(30):
+            budget.charge(20)
+            assert (budget.spent(), budget.remaining()) == (20, 10)
+            budget.charge(11)
+        # The share's work was counted here too, and the estimate goes on with the rest.
+        assert (budget.spent(), budget.remaining()) == (41, 59)
+        budget.charge(59)
+        with pytest.raises(budget.WorkLimitExceeded):
+            budget.charge(1)
+    with pytest.raises(budget.ShareExhausted), budget.share(5):  # without a budget
+        budget.charge(6)
+    with budget.share(None):
+        budget.charge(10**12)
+
+
+def test_a_share_has_half_of_the_time_left():
+    with budget.limited(timeout_s=0.4):
+        started = time.monotonic()
+        with pytest.raises(budget.ShareExhausted), budget.share(None):
+            while True:
+                budget.charge(1)
+                time.sleep(0.001)
+        assert 0.15 < time.monotonic() - started < 0.3
+        budget.charge(1)  # the estimate's own time is not over
+
+
+def test_threads_lent_a_share_charge_it_and_its_budget():
+    with budget.limited(max_work=100):
+        with budget.share(50):
+            lent = budget.current()
+            thread = threading.Thread(target=lambda: _charge_under(lent, 30))
+            thread.start()
+            thread.join()
+            assert budget.spent() == 30
+        assert budget.spent() == 30
+
+
+def _charge_under(lent, units):
+    with budget.lent(lent):
+        budget.charge(units)

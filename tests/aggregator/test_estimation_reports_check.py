@@ -195,3 +195,21 @@ def test_a_check_the_estimate_cannot_afford_is_left_out(monkeypatch):
     np.testing.assert_array_equal(fitted.frequencies_, inner.frequencies_)
     monkeypatch.setattr(estimators, "KRR_REPORTS_CHECK_MAX_WORK", check - 1)
     assert default_estimator(channel).fit(counts, channel).check_ is None
+
+
+def test_a_check_that_costs_more_than_expected_is_left_and_the_estimate_comes_back():
+    """A check's cost is judged from the estimate's own fit, and a survey's refit can cost far
+    more: every report on one of 1,000 categories (flooded clients) makes two distinct counts
+    to fit the prior to, a survey drawn from that estimate several hundred. The check took
+    the whole work budget and the estimate failed as too costly; it now stops at its share
+    (half of what the budget had left) and the estimate is the estimator's, unchecked."""
+    mechanism = KRR(epsilon=8.0, domain=[f"c{i}" for i in range(1000)])
+    channel = channel_for(mechanism)
+    counts = np.zeros(1000)
+    counts[0] = 10**7
+    with budget.limited(max_work=10**9):
+        fitted = default_estimator(channel).fit(counts, channel)
+        assert budget.remaining() >= 10**9 // 2 - 10**8
+    assert fitted.check_ is None and not fitted.kept_reports_
+    np.testing.assert_array_equal(fitted.frequencies_, fitted.inner_.frequencies_)
+    assert fitted.frequencies_[0] > 0.999
