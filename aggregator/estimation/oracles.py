@@ -50,6 +50,8 @@ class HadamardChannel(Channel):
 
     # See OLHChannel: analytic intervals around the unbiased estimate for every method.
     intervals_around_unbiased = True
+    # The transform acts along the last axis: IBU's folds run side by side.
+    products_by_row = True
 
     def __init__(self, mechanism: HadamardResponse):
         self.n_inputs, self.n_outputs = mechanism.k, mechanism.size
