@@ -69,6 +69,10 @@ GEOMETRIC_POSTERIOR_MEDIAN_MAX_NOISE_SHARE = 0.2
 GEOMETRIC_POSTERIOR_MEDIAN_MAX_VALUES = 1000
 # IBU steps run between two budget checks.
 CHUNK_STEPS = 32
+# Where a channel's products act by row, at most this many values (rows x values) step side by
+# side: it saves the per-step cost of many small rows, and over a wide range (10^5 geometric
+# values) a row at a time costs the same time in a sixth of the memory.
+SIDE_BY_SIDE_VALUES = 1 << 17
 # The geometric mechanism's default weighs its two IBU runs (from equal shares and from the
 # report shares) by exp(held-out log-likelihood / this many nats).
 TWO_STARTS_TEMPERATURE = 3.0
@@ -274,7 +278,7 @@ def _fold_steps(channel, train: np.ndarray, start: str = "uniform"):
     """Steps on every fold's training counts from ``start``: batched where the channel can
     (its products act by row, as the geometric mechanism's do; k-RR's own steps from
     uniform)."""
-    if channel.products_by_row:
+    if channel.products_by_row and train.size <= SIDE_BY_SIDE_VALUES:
         return _BatchFoldSteps(_steps(channel, train, start))
     batched = isinstance(channel, KRRChannel) and start == "uniform"
     batch = channel.ibu_steps(train) if batched else None
@@ -525,12 +529,17 @@ class IBU:
         bootstrap's redrawn ones. A new estimator each call, so that calls may run at once.
 
         Where the channel's products act by row, ``counts`` may be several sets, one per row,
-        run side by side (every row the whole count: no early stop at convergence)."""
+        run side by side, :data:`SIDE_BY_SIDE_VALUES` values at a time (every row the whole
+        count: no early stop at convergence)."""
         counts = np.asarray(counts, dtype=float)
         if counts.ndim == 2 and channel.products_by_row:
-            steps = _steps(channel, counts, self.start)
-            advance_charged(steps, self.n_iter_, 0.0, channel.n_inputs * counts.shape[0])
-            return steps.p
+            rows = max(1, SIDE_BY_SIDE_VALUES // channel.n_inputs)
+            fits = []
+            for part in np.split(counts, range(rows, counts.shape[0], rows)):
+                steps = _steps(channel, part, self.start)
+                advance_charged(steps, self.n_iter_, 0.0, channel.n_inputs * part.shape[0])
+                fits.append(steps.p)
+            return np.concatenate(fits)
         again = IBU(stopping="tolerance", seed=self.seed, start=self.start)
         return again.fit(counts, channel, n_iter=self.n_iter_).frequencies_
 
