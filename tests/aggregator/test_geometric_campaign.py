@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from aggregator_testdata import GEOMETRIC_SPEC, KRR_SPEC, new_id
 
-from aggregator.estimation import estimate
+from aggregator.estimation import estimate, estimators
 from aggregator.estimation.channels import channel_for
 from aggregator.estimation.estimators import (
     STARTS,
@@ -221,6 +221,10 @@ def test_the_folds_and_the_refits_run_side_by_side_with_the_same_results(monkeyp
     rows = fitted.replay(redrawn, channel)
     for row, again in zip(redrawn, rows, strict=True):
         np.testing.assert_allclose(fitted.replay(row, channel), again, rtol=1e-12)
+    # A wide range steps fewer rows side by side (memory), with the same results.
+    monkeypatch.setattr(estimators, "SIDE_BY_SIDE_VALUES", 3 * 11)
+    np.testing.assert_array_equal(fitted.replay(redrawn, channel), rows)
+    monkeypatch.undo()
 
     def refit(redraws: np.ndarray) -> np.ndarray:
         return fitted.replay(redraws, channel)
