@@ -11,6 +11,8 @@ The budget belongs to the thread that opened it (estimates run in a worker's
 thread pool, several at once) and to the threads that thread lends it to
 (:mod:`aggregator.estimation.parallel`, which runs an estimate's folds and
 refits side by side); it also says how many threads one estimate may use.
+A part the estimate can do without (a check of its choice) runs on a
+:func:`share` of it, and stops there without stopping the estimate.
 """
 
 from __future__ import annotations
@@ -133,7 +135,8 @@ def spent() -> int:
 
 
 def remaining() -> int | None:
-    """The work the current thread's budget has left (None: no cap)."""
+    """The work the current thread's budget has left, the least of it and of the budgets it is
+    a share of (None: no cap)."""
     budget: _Budget | None = getattr(_local, "budget", None)
     if budget is None:
         return None
