@@ -85,14 +85,16 @@ def test_a_share_counts_in_its_budget_and_runs_out_on_its_own():
 
 
 def test_a_share_has_half_of_the_time_left():
-    with budget.limited(timeout_s=0.4):
+    with budget.limited(timeout_s=2.0):
         started = time.monotonic()
         with pytest.raises(budget.ShareExhausted), budget.share(None):
             while True:
                 budget.charge(1)
                 time.sleep(0.001)
-        assert 0.15 < time.monotonic() - started < 0.3
-        budget.charge(1)  # the estimate's own time is not over
+        # Half of the 2 s, give or take a loaded machine's late wake-ups; the estimate's own
+        # time is not over.
+        assert 0.95 < time.monotonic() - started < 1.9
+        budget.charge(1)
 
 
 def test_threads_lent_a_share_charge_it_and_its_budget():
