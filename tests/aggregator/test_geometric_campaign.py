@@ -206,8 +206,7 @@ def test_the_folds_and_the_refits_run_side_by_side_with_the_same_results(monkeyp
     np.testing.assert_array_equal(result.frequencies, fitted.frequencies_)
     # One product per step of the two fits, of the refits and of the folds (which run on past
     # the chosen counts by at most a quarter of them), and of the reference fit and its noise
-    # (at most 2,000 steps each); one row at a time, the folds and refits alone took 26 per
-    # step.
+    # (at most 2,000 steps each); one row at a time it took 29 per step.
     assert products < 4 * steps + 2 * REFERENCE_MAX_STEPS, (products, steps)
 
     # Side by side as one at a time: the folds' steps, the replays and the intervals.
@@ -231,9 +230,9 @@ def test_the_folds_and_the_refits_run_side_by_side_with_the_same_results(monkeyp
 
     bounds = [
         confidence_interval(
-            counts, channel, fitted.frequencies_, 0.95, refit=refit, refit_rows=rows
+            counts, channel, fitted.frequencies_, 0.95, refit=refit, refit_rows=side_by_side
         )
-        for rows in (True, False)
+        for side_by_side in (True, False)
     ]
     np.testing.assert_allclose(bounds[0].low, bounds[1].low, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(bounds[0].high, bounds[1].high, rtol=1e-12, atol=1e-15)
