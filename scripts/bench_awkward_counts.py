@@ -22,7 +22,7 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,33 +60,35 @@ def strip(rows: int, cols: int, cell_m: float = 100.0) -> Grid:
     return grid
 
 
-def on_one(n: int) -> Callable[[int], np.ndarray]:
-    """Every report on the first output."""
-
-    def counts(outputs: int) -> np.ndarray:
-        out = np.zeros(outputs)
-        out[0] = n
-        return out
-
-    return counts
+# Awkward shapes of report counts (awkward_counts); the benchmark's cases take three of them,
+# tests/aggregator/test_estimation_fuzz.py all.
+SHAPES = ("one", "few", "even", "piled", "huge", "random")
 
 
-def piled(n: int) -> Callable[[int], np.ndarray]:
-    """``n`` reports piled on a few outputs: shares drawn from Dirichlet(0.1), seeded."""
-
-    def counts(outputs: int) -> np.ndarray:
-        generator = np.random.default_rng(SEED)
-        return generator.multinomial(n, generator.dirichlet(np.full(outputs, 0.1))).astype(float)
-
-    return counts
-
-
-def even(n: int) -> Callable[[int], np.ndarray]:
-    """``n`` reports spread evenly over the outputs."""
-
-    def counts(outputs: int) -> np.ndarray:
-        return np.full(outputs, n / outputs).round()
-
+def awkward_counts(outputs: int, shape: str, size: int, seed: int = SEED) -> np.ndarray:
+    """Report counts over ``outputs`` of one of :data:`SHAPES`: ``size`` reports on one output
+    (``one``), 0-2 on each (``few``), ``size`` spread evenly (``even``), ``size`` piled on a few
+    outputs with shares drawn from Dirichlet(0.1) (``piled``), 10^12 on one (``huge``), up to
+    10^9 on each (``random``); seeded, never all zero."""
+    generator = np.random.default_rng(seed)
+    counts = np.zeros(outputs)
+    if shape == "one":
+        counts[generator.integers(outputs)] = size
+    elif shape == "few":
+        counts = generator.integers(0, 3, outputs).astype(float)
+    elif shape == "even":
+        counts[:] = max(round(size / outputs), 1)
+    elif shape == "piled":
+        shares = generator.dirichlet(np.full(outputs, 0.1))
+        counts = generator.multinomial(size, shares).astype(float)
+    elif shape == "huge":
+        counts[generator.integers(outputs)] = 10**12
+    elif shape == "random":
+        counts = generator.integers(0, 10**9, outputs).astype(float)
+    else:
+        raise ValueError(f"shape must be one of {', '.join(SHAPES)}, got {shape!r}")
+    if not counts.any():
+        counts[0] = 1
     return counts
 
 
@@ -94,7 +96,8 @@ def even(n: int) -> Callable[[int], np.ndarray]:
 class Case:
     name: str
     mechanism: Mechanism
-    counts: Callable[[int], np.ndarray]
+    shape: str  # of awkward_counts
+    size: int
     method: str | None = None
 
 
@@ -103,37 +106,44 @@ def cases() -> list[Case]:
         Case(
             "k-RR, 1,000 categories, epsilon 8: 10^7 reports on one",
             KRR(epsilon=8.0, domain=[f"c{i}" for i in range(1000)]),
-            on_one(10**7),
+            "one",
+            10**7,
         ),
         Case(
             "k-RR, 3 categories, epsilon 0.01: 3,000 reports on one",
             KRR(epsilon=0.01, domain=["a", "b", "c"]),
-            on_one(3000),
+            "one",
+            3000,
         ),
         Case(
             "geometric, 11 values at 0.01 / unit: 1,000 reports piled",
             Geometric(epsilon=0.01, lo=0, hi=10),
-            piled(1000),
+            "piled",
+            1000,
         ),
         Case(
             "geometric, 301 values at 0.01 / unit: 10^5 reports piled",
             Geometric(epsilon=0.01, lo=0, hi=300),
-            piled(100_000),
+            "piled",
+            100_000,
         ),
         Case(
             "planar, 3 x 1 cells of 100 m at 0.01 / 100 m: 10^4 reports even",
             PlanarLaplace(epsilon=1e-4, grid=strip(3, 1)),
-            even(10_000),
+            "even",
+            10_000,
         ),
         Case(
             "exponential (Manhattan), 2 x 3 cells at 0.01 / 100 m: 1,000 piled",
             ExponentialGrid(epsilon=1e-4, grid=strip(2, 3), metric="manhattan"),
-            piled(1000),
+            "piled",
+            1000,
         ),
         Case(
             "Hadamard response, 100 values, epsilon 0.01, method=ibu: 1,000 piled",
             HadamardResponse(epsilon=0.01, domain_size=100),
-            piled(1000),
+            "piled",
+            1000,
             method="ibu",
         ),
     ]
@@ -144,7 +154,7 @@ def run(case: Case, repeats: int) -> tuple[str, float, str]:
     channel = channel_for(case.mechanism)
     outputs = case.mechanism.n_outputs
     estimate(case.mechanism, np.ones(outputs), method=case.method, channel=channel)  # warm-up
-    counts = case.counts(outputs)
+    counts = awkward_counts(outputs, case.shape, case.size)
     seconds, outcome, ran = [], "200", ""
     for _ in range(repeats):
         started = time.perf_counter()

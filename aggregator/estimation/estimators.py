@@ -225,6 +225,19 @@ def report_start(counts: np.ndarray) -> np.ndarray:
     return start / start.sum(axis=-1, keepdims=True)
 
 
+def steps_on_rows(channel, counts: np.ndarray, count: int, start: str = "uniform") -> np.ndarray:
+    """``count`` IBU steps from ``start`` on each row of ``counts`` (a channel whose products
+    act by row), side by side, :data:`SIDE_BY_SIDE_VALUES` values at a time; every row runs
+    all ``count`` steps (no early stop at convergence). Returns the estimates as rows."""
+    rows = max(1, SIDE_BY_SIDE_VALUES // channel.n_inputs)
+    fits = []
+    for part in np.split(counts, range(rows, counts.shape[0], rows)):
+        steps = _steps(channel, part, start)
+        advance_charged(steps, count, 0.0, channel.n_inputs * part.shape[0])
+        fits.append(steps.p)
+    return np.concatenate(fits)
+
+
 def advance_charged(steps, count: int, tol: float, units_per_step: int) -> tuple[int, float]:
     """``steps.advance(count, tol)`` in chunks of :data:`CHUNK_STEPS`, each charged to the budget.
 
@@ -529,17 +542,10 @@ class IBU:
         bootstrap's redrawn ones. A new estimator each call, so that calls may run at once.
 
         Where the channel's products act by row, ``counts`` may be several sets, one per row,
-        run side by side, :data:`SIDE_BY_SIDE_VALUES` values at a time (every row the whole
-        count: no early stop at convergence)."""
+        run side by side (:func:`steps_on_rows`)."""
         counts = np.asarray(counts, dtype=float)
         if counts.ndim == 2 and channel.products_by_row:
-            rows = max(1, SIDE_BY_SIDE_VALUES // channel.n_inputs)
-            fits = []
-            for part in np.split(counts, range(rows, counts.shape[0], rows)):
-                steps = _steps(channel, part, self.start)
-                advance_charged(steps, self.n_iter_, 0.0, channel.n_inputs * part.shape[0])
-                fits.append(steps.p)
-            return np.concatenate(fits)
+            return steps_on_rows(channel, counts, self.n_iter_, self.start)
         again = IBU(stopping="tolerance", seed=self.seed, start=self.start)
         return again.fit(counts, channel, n_iter=self.n_iter_).frequencies_
 

@@ -90,7 +90,7 @@ from aggregator.estimation.channels import (
     GridKernelChannel,
     KRRChannel,
 )
-from aggregator.estimation.estimators import IBUSteps, advance_charged
+from aggregator.estimation.estimators import IBUSteps, advance_charged, steps_on_rows
 
 VARIANCE_PROBES = 16
 # Replicates of the error bootstrap; Student's t for their degrees of freedom absorbs the noise
@@ -520,11 +520,9 @@ def reference_fit(counts: np.ndarray, channel: Channel, point: np.ndarray) -> Re
 
 
 def reference_refits(redrawn: np.ndarray, channel: Channel, steps: int) -> np.ndarray:
-    """The reference fit of each row of ``redrawn``: ``steps`` IBU steps from uniform, every row
-    at once (for channels whose products act by row)."""
-    run = IBUSteps(channel, redrawn)
-    advance_charged(run, steps, 0.0, channel.n_inputs * redrawn.shape[0])
-    return run.p
+    """The reference fit of each row of ``redrawn``: ``steps`` IBU steps from uniform, the rows
+    side by side (for channels whose products act by row)."""
+    return steps_on_rows(channel, redrawn, steps)
 
 
 def _plain_steps(channel: Channel, steps: int) -> float:

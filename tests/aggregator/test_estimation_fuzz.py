@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from aggregator.estimation import METHODS, budget, estimate
-from scripts.bench_awkward_counts import strip
+from scripts.bench_awkward_counts import SHAPES, awkward_counts, strip
 from shared.mechanisms import (
     KRR,
     ExponentialGrid,
@@ -57,31 +57,6 @@ def mechanisms(draw) -> Mechanism:
     return OLH(epsilon=epsilon, domain_size=size, pool_size=draw(st.sampled_from((1, 4))))
 
 
-SHAPES = ("one", "few", "even", "piled", "huge", "random")
-
-
-def counts_for(outputs: int, shape: str, size: int, seed: int) -> np.ndarray:
-    """Report counts over ``outputs`` of one of :data:`SHAPES` (``size`` reports where the
-    shape takes a number)."""
-    generator = np.random.default_rng(seed)
-    counts = np.zeros(outputs)
-    if shape == "one":
-        counts[generator.integers(outputs)] = size
-    elif shape == "few":
-        counts = generator.integers(0, 3, outputs).astype(float)
-    elif shape == "even":
-        counts[:] = max(size // outputs, 1)
-    elif shape == "piled":
-        counts = generator.multinomial(size, generator.dirichlet(np.full(outputs, 0.1))) * 1.0
-    elif shape == "huge":
-        counts[generator.integers(outputs)] = 10**12
-    else:
-        counts = generator.integers(0, 10**9, outputs).astype(float)
-    if not counts.any():
-        counts[0] = 1
-    return counts
-
-
 @settings(
     max_examples=60,
     deadline=None,
@@ -102,7 +77,7 @@ def counts_for(outputs: int, shape: str, size: int, seed: int) -> np.ndarray:
 def test_every_estimate_of_any_counts_comes_back_whole_or_stops_within_its_budget(
     mechanism, shape, size, seed, method, confidence
 ):
-    counts = counts_for(mechanism.n_outputs, shape, size, seed)
+    counts = awkward_counts(mechanism.n_outputs, shape, size, seed)
     try:
         with budget.limited(max_work=10**9, timeout_s=2.0):
             result = estimate(mechanism, counts, method=method, confidence=confidence)
