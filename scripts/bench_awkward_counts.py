@@ -18,7 +18,6 @@ Writes the section ``awkward-counts`` of BENCHMARKS.md (``--no-write``: print on
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 import time
@@ -34,8 +33,7 @@ if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project i
 
 from aggregator.estimation import budget, channel_for, estimate  # noqa: E402
 from aggregator.http.estimates import DEFAULT_MAX_WORK, DEFAULT_TIMEOUT_S  # noqa: E402
-from scripts.benchlib import write_section  # noqa: E402
-from shared.geo import EARTH_RADIUS_M, Grid, Region  # noqa: E402
+from scripts.benchlib import equator_grid, write_section  # noqa: E402
 from shared.mechanisms import (  # noqa: E402
     KRR,
     ExponentialGrid,
@@ -47,17 +45,6 @@ from shared.mechanisms import (  # noqa: E402
 
 SECTION = "awkward-counts"
 SEED = 1
-
-
-def strip(rows: int, cols: int, cell_m: float = 100.0) -> Grid:
-    """A ``rows x cols`` grid of ``cell_m`` metre cells at the equator."""
-    per_degree = EARTH_RADIUS_M * math.pi / 180
-    grid = Grid(
-        Region(0.0, (rows - 0.5) * cell_m / per_degree, 0.0, (cols - 0.5) * cell_m / per_degree),
-        cell_m,
-    )
-    assert (grid.rows, grid.cols) == (rows, cols)
-    return grid
 
 
 # Awkward shapes of report counts (awkward_counts); the benchmark's cases take three of them,
@@ -129,13 +116,13 @@ def cases() -> list[Case]:
         ),
         Case(
             "planar, 3 x 1 cells of 100 m at 0.01 / 100 m: 10^4 reports even",
-            PlanarLaplace(epsilon=1e-4, grid=strip(3, 1)),
+            PlanarLaplace(epsilon=1e-4, grid=equator_grid(3, 1, 100.0)),
             "even",
             10_000,
         ),
         Case(
             "exponential (Manhattan), 2 x 3 cells at 0.01 / 100 m: 1,000 piled",
-            ExponentialGrid(epsilon=1e-4, grid=strip(2, 3), metric="manhattan"),
+            ExponentialGrid(epsilon=1e-4, grid=equator_grid(2, 3, 100.0), metric="manhattan"),
             "piled",
             1000,
         ),

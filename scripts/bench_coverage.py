@@ -63,8 +63,7 @@ if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project i
 import aggregator.estimation.compute as estimation_compute  # noqa: E402
 from aggregator.estimation import channel_for, estimate  # noqa: E402
 from scripts.bench_estimators import bell  # noqa: E402
-from scripts.benchlib import write_section  # noqa: E402
-from shared.geo import EARTH_RADIUS_M, Grid, Region  # noqa: E402
+from scripts.benchlib import equator_grid, write_section  # noqa: E402
 from shared.mechanisms import (  # noqa: E402
     KRR,
     ExponentialGrid,
@@ -126,15 +125,6 @@ class Tally:
         return name, shares[name]
 
 
-def square_grid(cells: int, cell_m: float) -> Grid:
-    """A ``cells x cells`` grid of ``cell_m`` metre cells at the equator."""
-    per_deg = EARTH_RADIUS_M * math.pi / 180
-    span = (cells - 0.5) * cell_m / per_deg
-    grid = Grid(Region(0.0, span, 0.0, span), cell_m)
-    assert (grid.rows, grid.cols) == (cells, cells)
-    return grid
-
-
 def krr_configs(quick: bool) -> Iterator[Config]:
     ks = (50,) if quick else (10, 50, 1000)
     epsilons = (1.0,) if quick else (0.5, 1.0, 2.0, 4.0)
@@ -155,7 +145,7 @@ def planar_configs(quick: bool) -> Iterator[Config]:
     levels = (2,) if quick else (2, 4)
     sizes = (10_000,) if quick else (1_000, 10_000, 100_000)
     for cells, cell_m in grids:
-        grid = square_grid(cells, cell_m)
+        grid = equator_grid(cells, cells, cell_m)
         truth = Population.clustered_city(grid, seed=cells).probabilities
         for level in levels:
             mechanism = PlanarLaplace(epsilon=math.log(level) / 100, grid=grid)
@@ -168,7 +158,7 @@ def planar_configs(quick: bool) -> Iterator[Config]:
 def exponential_grid_configs(quick: bool) -> Iterator[Config]:
     if quick:
         return
-    grid = square_grid(64, 150.0)
+    grid = equator_grid(64, 64, 150.0)
     truth = Population.clustered_city(grid, seed=64).probabilities
     for metric in ("manhattan", "euclidean"):
         for level in (2, 4):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import math
 import os
 import platform
 import re
@@ -20,6 +21,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from shared.geo import EARTH_RADIUS_M, Grid, Region  # noqa: E402
+
 BENCHMARKS_FILE = ROOT / "BENCHMARKS.md"
 TITLE = "# Benchmarks\n\nEach section is written by the script named in its header; rerun it to refresh.\n"
 
@@ -28,6 +34,17 @@ def seed_range(text: str) -> range:
     """A command line's seeds: ``"100-107"`` (inclusive), or one seed, ``"100"``."""
     first, _, last = text.partition("-")
     return range(int(first), int(last or first) + 1)
+
+
+def equator_grid(rows: int, cols: int, cell_m: float) -> Grid:
+    """A ``rows x cols`` grid of ``cell_m`` metre cells at the equator."""
+    per_degree = EARTH_RADIUS_M * math.pi / 180
+    grid = Grid(
+        Region(0.0, (rows - 0.5) * cell_m / per_degree, 0.0, (cols - 0.5) * cell_m / per_degree),
+        cell_m,
+    )
+    assert (grid.rows, grid.cols) == (rows, cols)
+    return grid
 
 
 def free_port() -> int:

@@ -65,9 +65,8 @@ from aggregator.estimation.estimators import (  # noqa: E402
     held_out_scores,
     paired_se,
 )
-from scripts.bench_coverage import square_grid  # noqa: E402
 from scripts.bench_estimators import bell, cases, ibu_errors  # noqa: E402
-from scripts.benchlib import seed_range  # noqa: E402
+from scripts.benchlib import equator_grid, seed_range  # noqa: E402
 from shared.mechanisms import ExponentialGrid, Geometric, PlanarLaplace  # noqa: E402
 from shared.oracles import OLH  # noqa: E402
 from shared.spec import CampaignSpec  # noqa: E402
@@ -308,7 +307,7 @@ def excess(seeds: range) -> None:
 
 def corner() -> None:
     rows = 16
-    grid = square_grid(rows, 100.0)
+    grid = equator_grid(rows, rows, 100.0)
     row, col = np.divmod(np.arange(grid.n_cells), grid.cols)
     mechanism = ExponentialGrid(epsilon=math.log(2) / 100, grid=grid, metric="manhattan")
     channel = channel_for(mechanism)

@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from aggregator.estimation import METHODS, budget, estimate
-from scripts.bench_awkward_counts import SHAPES, awkward_counts, strip
+from scripts.bench_awkward_counts import SHAPES, awkward_counts
+from scripts.benchlib import equator_grid
 from shared.mechanisms import (
     KRR,
     ExponentialGrid,
@@ -47,10 +48,12 @@ def mechanisms(draw) -> Mechanism:
         return Geometric(epsilon=epsilon, lo=-3, hi=-3 + draw(st.sampled_from((1, 10, 60))))
     shape = draw(st.sampled_from(((1, 3), (2, 3), (5, 5), (12, 9))))
     if kind == "planar":
-        return PlanarLaplace(epsilon=epsilon / 100, grid=strip(*shape))
+        return PlanarLaplace(epsilon=epsilon / 100, grid=equator_grid(*shape, 100.0))
     if kind == "exponential":
         metric = draw(st.sampled_from(("manhattan", "euclidean")))
-        return ExponentialGrid(epsilon=epsilon / 100, grid=strip(*shape), metric=metric)
+        return ExponentialGrid(
+            epsilon=epsilon / 100, grid=equator_grid(*shape, 100.0), metric=metric
+        )
     size = draw(st.sampled_from((3, 100)))
     if kind == "hr":
         return HadamardResponse(epsilon=epsilon, domain_size=size)
