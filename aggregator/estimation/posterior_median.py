@@ -215,7 +215,7 @@ class PosteriorMedian:
                 "unbiased and less noisy than " + text + ")"
             )
         weighted = "weighted by the least bias of theirs the reports allow"
-        if low == high:
+        if f"{low:.0%}" == f"{high:.0%}":  # as the words will say them
             return f"{1.0 - low:.0%} " + text + f", {low:.0%} the raw report shares ({weighted})"
         return (
             text + f", mixed with the raw report shares by {unit} ({low:.0%} to {high:.0%} "

@@ -294,6 +294,16 @@ def test_k_rr_s_estimate_names_the_mix_by_category():
     assert np.all(result.frequencies <= result.ci_high)
 
 
+def test_a_mix_whose_weights_round_alike_is_named_by_one_weight():
+    # The demo's flu-shot campaign: both answers' weights are 0.159376..., a rounding apart,
+    # and the dashboard read "16% to 16% of each".
+    channel = channel_for(RandomizedResponse(epsilon=1.0))
+    fitted = PosteriorMedian().fit(np.array([843.0, 657.0]), channel)
+    assert fitted.raw_weight_.min() != fitted.raw_weight_.max()
+    assert fitted.describe().startswith("84% the posterior median")
+    assert "16% the raw report shares" in fitted.describe()
+
+
 def test_the_exact_likelihood_s_size_is_bounded():
     # 300 categories at epsilon 0.5: a category's reports move away with probability 0.99,
     # so a count says little about its users and the posterior spans most of 0..n. Summed
