@@ -40,6 +40,7 @@ trials and only prints::
     python scripts/bench_coverage.py --quick   # smoke run (seconds)
     python scripts/bench_coverage.py --only planar   # some configurations, as in the full run (print only)
     python scripts/bench_coverage.py --only planar --replicates 8   # fewer bootstrap refits
+    python scripts/bench_coverage.py --only planar --method projection   # another method's intervals
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project i
     sys.path.insert(0, str(ROOT))
 
 import aggregator.estimation.compute as estimation_compute  # noqa: E402
-from aggregator.estimation import channel_for, estimate  # noqa: E402
+from aggregator.estimation import METHODS, channel_for, estimate  # noqa: E402
+from aggregator.http.estimates import applicable_methods  # noqa: E402
 from scripts.bench_estimators import bell  # noqa: E402
 from scripts.benchlib import equator_grid, write_section  # noqa: E402
 from shared.mechanisms import (  # noqa: E402
@@ -217,9 +219,15 @@ def timed_intervals(record: list[float]) -> Iterator[None]:
         estimation_compute.confidence_interval = original
 
 
-def run(config: Config, trials: int, seed: int, replicates: int | None = None) -> Tally:
-    """``trials`` default estimates of ``config``'s counts, tallied (``replicates``: the
-    error bootstrap's, if not the service's)."""
+def run(
+    config: Config,
+    trials: int,
+    seed: int,
+    replicates: int | None = None,
+    method: str | None = None,
+) -> Tally:
+    """``trials`` estimates of ``config``'s counts, tallied (``replicates``: the error
+    bootstrap's, if not the service's; ``method``: the estimate API's, if not the default)."""
     channel = channel_for(config.mechanism)
     truth = config.truth
     report_shares = np.maximum(channel.forward(truth), 0.0)
@@ -239,6 +247,7 @@ def run(config: Config, trials: int, seed: int, replicates: int | None = None) -
                 seed=trial,
                 channel=channel,
                 n_bootstrap=replicates,
+                method=method,
             )
             tally.seconds.append(time.perf_counter() - started)
         tally.interval_seconds.append(sum(interval_times))
@@ -317,6 +326,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the error bootstrap's replicates, if not the service's (print only)",
     )
+    parser.add_argument(
+        "--method",
+        choices=METHODS,
+        default=None,
+        help="the estimate API's method, if not each mechanism's default (print only; "
+        "configurations it does not apply to are skipped)",
+    )
     args = parser.parse_args(argv)
 
     configs = [
@@ -338,11 +354,14 @@ def main(argv: list[str] | None = None) -> int:
         (index, config, trials)
         for index, (config, trials) in enumerate(configs)
         if args.only in config.family
+        and (args.method is None or args.method in applicable_methods(config.mechanism))
     ]
     results = []
     started = time.perf_counter()
     for index, config, trials in chosen:
-        tally = run(config, trials, seed=args.seed + index, replicates=args.replicates)
+        tally = run(
+            config, trials, seed=args.seed + index, replicates=args.replicates, method=args.method
+        )
         results.append((config, tally))
         name, worst = tally.worst_class
         print(
@@ -355,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{time.perf_counter() - started:.0f} s\n")
     summary, full = summary_table(results), full_table(results)
     print(summary, "\n", full, sep="\n")
-    if args.quick or args.only or args.replicates is not None:
+    if args.quick or args.only or args.replicates is not None or args.method is not None:
         return 0
     trials_text = (
         f"{KRR_TRIALS} trials per k-RR or geometric configuration, {PLANAR_TRIALS} per planar or "
