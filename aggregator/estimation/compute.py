@@ -142,10 +142,8 @@ def estimate(
         confidence,
         refit=refit,
         seed=seed,
-        # The projection's intervals are the inversion's (its bootstrap world is as sparse as
-        # the projection, and its zeros came back zero-width: 34-97% coverage on grids); the
-        # clipped inversion's bootstrap world is dense, and its intervals cover (94-100%) at a
-        # small fraction of the inversion's widths.
+        # Inversion and projection get the inversion's interval; the clipped inversion keeps
+        # the bootstrap, which covers it (94-100% on grids) at a thirtieth of that width.
         unbiased=None if method == "clip" else getattr(fitted, "unbiased_", None),
         replicates=BOOTSTRAP_REPLICATES if n_bootstrap is None else int(n_bootstrap),
         moves=getattr(fitted, "moves_", None),

@@ -34,8 +34,8 @@ channel and on the estimate, not on the caller:
   post-processed estimate (projection, clipping, IBU) gets the same interval,
   widened to hold it. Their channels say so with ``intervals_around_unbiased``.
 * **Any other estimate (IBU and the clipped inversion on grids, the geometric
-  mechanism and dense channels): a bootstrap of the estimator's error, plus its distance to a less
-  regularised fit.** Report counts are redrawn from
+  mechanism and dense channels): a bootstrap of the estimator's error, plus
+  its distance to a less regularised fit.** Report counts are redrawn from
   ``Multinomial(n, p_hat C)`` and the estimator is re-run (``refit``, which
   reuses the regularisation chosen on the real counts, e.g. IBU's iteration
   count). In that bootstrap world ``p_hat`` is the truth, so ``r_b - p_hat``
