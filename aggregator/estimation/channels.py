@@ -32,7 +32,7 @@ import scipy.fft
 import scipy.linalg
 from scipy.sparse.linalg import LinearOperator, gmres
 
-from aggregator.estimation import fftw, krr_steps, planar_steps
+from aggregator.estimation import budget, fftw, krr_steps, planar_steps
 from aggregator.estimation.grid_kernel import euclidean_kernel, manhattan_kernel
 from aggregator.estimation.planar_kernel import kernel as planar_kernel
 from shared.mechanisms import KRR, ExponentialGrid, Geometric, Mechanism, PlanarLaplace
@@ -112,12 +112,19 @@ class Channel(ABC):
         """``(p, converged)``: dense LU for small channels, GMRES on the operator otherwise.
 
         ``converged`` is False when GMRES stopped at its iteration cap before
-        reaching ``GMRES_RTOL``; the best iterate is returned.
+        reaching ``GMRES_RTOL``; the best iterate is returned. Each of its products is
+        charged to the estimate's budget (``n_inputs`` units), so that a time limit stops
+        a solve within one product: one solve over 512 x 512 cells runs for minutes.
         """
         if self.n_inputs <= DENSE_SOLVE_LIMIT:
             return scipy.linalg.lu_solve(self._lu(), q, trans=1), True
+
+        def product(p: np.ndarray) -> np.ndarray:
+            budget.charge(self.n_inputs)
+            return self.forward(p)
+
         operator = LinearOperator(
-            (self.n_outputs, self.n_inputs), matvec=self.forward, rmatvec=self.backward
+            (self.n_outputs, self.n_inputs), matvec=product, rmatvec=self.backward
         )
         solution, info = gmres(
             operator,

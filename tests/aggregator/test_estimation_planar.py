@@ -11,6 +11,7 @@ relative (1e-13 absolute for masses below 1e-4).
 from __future__ import annotations
 
 import math
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -21,13 +22,16 @@ from aggregator.estimation import (
     IBU,
     MatrixInversion,
     PlanarLaplaceChannel,
+    budget,
     channel_for,
+    estimate,
     fftw,
     planar_steps,
 )
 from aggregator.estimation.channels import DENSE_SOLVE_LIMIT
 from aggregator.estimation.estimators import IBUSteps
 from aggregator.estimation.planar_kernel import kernel, quadrant_mass
+from scripts.benchlib import equator_grid
 from shared.geo import Grid, Region
 from shared.mechanisms import PlanarLaplace
 
@@ -353,3 +357,16 @@ def test_ibu_never_leaves_a_negative_frequency_from_round_off(fft_backend):
         steps.advance(200, 1e-12)
         assert steps.p.min() >= 0.0
         assert steps.p.sum() == pytest.approx(1.0)
+
+
+def test_an_inversion_stops_at_the_time_limit_within_a_product():
+    # One GMRES solve over 256 x 256 cells of 50 m at ln 2 per 100 m took 39 s here, and its
+    # products were not charged: a 30 s limit stopped a 512 x 512 campaign's inversion after
+    # 190 s. Each product is charged now, so the limit is checked between them.
+    mechanism = PlanarLaplace(epsilon=math.log(2) / 100, grid=equator_grid(256, 256, 50.0))
+    channel = channel_for(mechanism)
+    counts = np.full(channel.n_outputs, 2.0)
+    started = time.perf_counter()
+    with pytest.raises(budget.EstimateTimedOut), budget.limited(timeout_s=0.3):
+        estimate(mechanism, counts, method="inversion", channel=channel)
+    assert time.perf_counter() - started < 2.0
