@@ -104,6 +104,8 @@ def estimate(
     counts = np.asarray(counts, dtype=float)
     fitted: Estimator
     details: dict[str, Any] = {}
+    # The inversion whose interval the estimate takes (the intervals' docs), if any.
+    unbiased: np.ndarray | None = None
     if method in ("empirical_bayes", "posterior_median"):
         bayes = empirical_bayes if method == "empirical_bayes" else posterior_median
         fitted = fitted_bayes = bayes(channel).fit(counts, channel)
@@ -135,6 +137,11 @@ def estimate(
         def refit(redrawn: np.ndarray) -> np.ndarray:
             return MatrixInversion(postprocess=postprocess).fit(redrawn, channel).frequencies_
 
+        # Inversion and projection take the inversion's interval; the clipped inversion keeps
+        # the bootstrap, which covers it (94-100% on grids) at a thirtieth of that width.
+        if method != "clip":
+            unbiased = fitted.unbiased_
+
     interval = confidence_interval(
         counts,
         channel,
@@ -142,9 +149,7 @@ def estimate(
         confidence,
         refit=refit,
         seed=seed,
-        # Inversion and projection get the inversion's interval; the clipped inversion keeps
-        # the bootstrap, which covers it (94-100% on grids) at a thirtieth of that width.
-        unbiased=None if method == "clip" else getattr(fitted, "unbiased_", None),
+        unbiased=unbiased,
         replicates=BOOTSTRAP_REPLICATES if n_bootstrap is None else int(n_bootstrap),
         moves=getattr(fitted, "moves_", None),
         refit_rows=method == "ibu" and channel.products_by_row,

@@ -246,7 +246,8 @@ def confidence_interval(
         def reference_noise(redrawn: np.ndarray) -> np.ndarray | None:
             if not measures_noise():
                 return None
-            return reference_refits(redrawn, channel, fitted_reference().steps)
+            # Each replicate's reference fit, the rows side by side.
+            return steps_on_rows(channel, redrawn, fitted_reference().steps)
 
         low, high = bootstrap_error_interval(
             counts,
@@ -528,12 +529,6 @@ def reference_fit(counts: np.ndarray, channel: Channel, point: np.ndarray) -> Re
     if taken < target:
         advance_charged(steps, target - taken, 0.0, channel.n_inputs)
     return ReferenceFit(best, max(taken, target), steps.p.copy())
-
-
-def reference_refits(redrawn: np.ndarray, channel: Channel, steps: int) -> np.ndarray:
-    """The reference fit of each row of ``redrawn``: ``steps`` IBU steps from uniform, the rows
-    side by side (for channels whose products act by row)."""
-    return steps_on_rows(channel, redrawn, steps)
 
 
 def _plain_steps(channel: Channel, steps: int) -> float:

@@ -38,22 +38,13 @@ from aggregator.estimation.intervals import (
     unresolved_cells,
     wilson_interval,
 )
-from shared.geo import EARTH_RADIUS_M, Grid, Region
+from scripts.benchlib import equator_grid
 from shared.mechanisms import KRR, Geometric, PlanarLaplace
 from simulate.populations import Population
 
 CONFIDENCE = 0.95
 PER_CATEGORY = (0.90, 0.99)
 POOLED = (0.92, 0.98)
-
-
-def square_grid(cells: int, cell_m: float) -> Grid:
-    """``cells x cells`` cells of ``cell_m`` metres (the region a little short of the last one)."""
-    per_deg = EARTH_RADIUS_M * np.pi / 180
-    span = (cells - 0.5) * cell_m / per_deg
-    grid = Grid(Region(0.0, span, 0.0, span), cell_m)
-    assert (grid.rows, grid.cols) == (cells, cells)
-    return grid
 
 
 def zipf_krr(k: int, epsilon: float) -> tuple[KRR, np.ndarray]:
@@ -129,7 +120,7 @@ def test_every_default_estimate_lies_inside_its_own_interval():
     mechanism, p = zipf_krr(50, 1.0)
     for result in surveys(mechanism, p, 20_000, 10, seed=12):
         assert_well_formed(result)
-    grid = square_grid(12, 100.0)
+    grid = equator_grid(12, 12, 100.0)
     city = Population.clustered_city(grid, seed=3).probabilities
     planar = PlanarLaplace(epsilon=math.log(2) / 100, grid=grid)
     for result in surveys(planar, city, 5_000, 4, seed=13):
@@ -158,7 +149,7 @@ def test_two_reports_give_wide_intervals_with_a_warning(kind):
         mechanism = KRR(epsilon=1.0, domain=["a", "b", "c", "d"])
         counts = np.array([2, 0, 0, 0])
     else:
-        mechanism = PlanarLaplace(epsilon=math.log(2) / 100, grid=square_grid(5, 100.0))
+        mechanism = PlanarLaplace(epsilon=math.log(2) / 100, grid=equator_grid(5, 5, 100.0))
         counts = np.zeros(25)
         counts[[3, 17]] = 1
     for method in METHODS:
@@ -175,7 +166,7 @@ def test_planar_default_intervals_cover_a_clustered_city():
     # 20 x 20 cells of 150 m, epsilon ln 2 per 100 m, n = 10,000, 8 surveys: 3,200 pairs. The
     # basic bootstrap covered about 69% here (early-stopped IBU is biased towards smooth
     # distributions). Cells of one survey share its estimate, so the pooled band is wide.
-    grid = square_grid(20, 150.0)
+    grid = equator_grid(20, 20, 150.0)
     city = Population.clustered_city(grid, seed=20).probabilities
     mechanism = PlanarLaplace(epsilon=math.log(2) / 100, grid=grid)
     covered = coverage(mechanism, city, 10_000, 8, seed=15)
@@ -187,7 +178,7 @@ def test_projected_inversion_intervals_cover_a_clustered_city():
     # most cells at exactly 0, and so did a bootstrap world drawn from it, in every replicate:
     # those cells got the least width, and 48% of the pairs were covered. The inversion's
     # interval, widened to hold the projection, covers 95%.
-    grid = square_grid(20, 100.0)
+    grid = equator_grid(20, 20, 100.0)
     city = Population.clustered_city(grid, seed=20).probabilities
     mechanism = PlanarLaplace(epsilon=math.log(2) / 100, grid=grid)
     covered = coverage(mechanism, city, 1_000, 6, seed=17, method="projection")
@@ -205,7 +196,7 @@ def test_every_method_gets_well_formed_intervals(method, kind):
         mechanism, p = zipf_krr(30, 0.5)
         n = 3_000
     else:
-        grid = square_grid(8, 100.0)
+        grid = equator_grid(8, 8, 100.0)
         p = Population.clustered_city(grid, seed=1).probabilities
         mechanism = PlanarLaplace(epsilon=math.log(3) / 100, grid=grid)
         n = 2_000
@@ -245,7 +236,7 @@ def test_krr_interval_is_the_mapped_score_interval_and_one_sided_at_zero():
 
 
 def test_bootstrap_charges_the_budget_per_replicate():
-    grid = square_grid(6, 100.0)
+    grid = equator_grid(6, 6, 100.0)
     channel = channel_for(PlanarLaplace(epsilon=math.log(2) / 100, grid=grid))
     counts = np.random.default_rng(0).multinomial(2_000, np.full(36, 1 / 36)).astype(float)
     point = np.full(36, 1 / 36)
@@ -330,7 +321,7 @@ def test_unresolved_planar_cells_are_flagged():
     # 32 x 32 cells of 150 m at ln 4 per 100 m (the noise's 90% reach is 2 cells), a city: 100
     # reports leave most cells without a report within reach, whose lower ends are then 0;
     # 100,000 leave none (a few upper ends may still be raised, without a warning).
-    grid = square_grid(32, 150.0)
+    grid = equator_grid(32, 32, 150.0)
     mechanism = PlanarLaplace(epsilon=math.log(4) / 100, grid=grid)
     city = Population.clustered_city(grid, seed=4).probabilities
     for n, flagged in ((100_000, False), (100, True)):
@@ -345,7 +336,9 @@ def test_unresolved_planar_cells_are_flagged():
 
 
 def test_noise_reach_is_the_smallest_square_holding_the_mass():
-    channel = channel_for(PlanarLaplace(epsilon=math.log(4) / 100, grid=square_grid(16, 150.0)))
+    channel = channel_for(
+        PlanarLaplace(epsilon=math.log(4) / 100, grid=equator_grid(16, 16, 150.0))
+    )
     assert isinstance(channel, PlanarLaplaceChannel)
     centre = (16, 16)
     for mass in (0.2, 0.5, 0.9, 0.99):
@@ -366,7 +359,7 @@ def test_unresolved_cells_follow_their_definition():
     # 0, 1, 2, 4, 8 around it (cut at the edges), of the upper bound on the square's report share
     # per cell of the square; the cell is unresolved (and keeps that bound) when the smallest
     # comes from a square wider than the noise's reach or no report lies within the reach.
-    channel = channel_for(PlanarLaplace(epsilon=math.log(4) / 100, grid=square_grid(9, 150.0)))
+    channel = channel_for(PlanarLaplace(epsilon=math.log(4) / 100, grid=equator_grid(9, 9, 150.0)))
     counts = np.zeros((9, 9))
     counts[0, 0], counts[1, 2], counts[8, 8], counts[4, 6] = 30, 1, 2, 5
     n = counts.sum()
@@ -415,7 +408,7 @@ def city_coverage(level: float, n: int, count: int, *, seed: int, background: fl
     """Surveys of a clustered city on 64 x 64 cells of 150 m at epsilon ln ``level`` per
     100 m: per (survey, cell), whether the interval held the truth; the cells at or below
     the uniform share; the estimates."""
-    grid = square_grid(64, 150.0)
+    grid = equator_grid(64, 64, 150.0)
     city = Population.clustered_city(grid, seed=64, background=background).probabilities
     mechanism = PlanarLaplace(epsilon=math.log(level) / 100, grid=grid)
     results = list(surveys(mechanism, city, n, count, seed=seed))
@@ -475,7 +468,7 @@ def test_krr_intervals_cover_per_category(method):
 
 
 def test_analytic_interval_coverage_planar():
-    grid = square_grid(3, 100.0)
+    grid = equator_grid(3, 3, 100.0)
     mechanism = PlanarLaplace(epsilon=0.015, grid=grid)  # epsilon * cell = 1.5
     p = np.array([0.25, 0.15, 0.05, 0.12, 0.1, 0.08, 0.05, 0.1, 0.1])
     assert_coverage(coverage(mechanism, p, n=20_000, reps=300, seed=2, method="inversion"))
@@ -485,7 +478,7 @@ def test_analytic_variance_matches_the_simulated_variance():
     # The formula itself: the inversion estimate's variance over 2000 surveys
     # matches the analytic one (variance of a sample variance: relative sd sqrt(2 / 2000),
     # about 3 %; 15 % is 4.7 of them).
-    mechanism = PlanarLaplace(epsilon=0.015, grid=square_grid(3, 100.0))
+    mechanism = PlanarLaplace(epsilon=0.015, grid=equator_grid(3, 3, 100.0))
     channel = channel_for(mechanism)
     assert isinstance(channel, PlanarLaplaceChannel)
     p = np.array([0.25, 0.15, 0.05, 0.12, 0.1, 0.08, 0.05, 0.1, 0.1])
