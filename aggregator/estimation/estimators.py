@@ -81,6 +81,11 @@ TWO_STARTS_TEMPERATURE = 3.0
 # per-fold gains): with a few hundred reports the score can creep up on noise alone, and IBU
 # followed it for thousands of iterations to the sparse maximum-likelihood fit.
 GEOMETRIC_GAIN_SE = 1.0
+# On a grid, once the held-out score has fallen below its best, a later count becomes the best
+# only where it gains on it by this many standard errors: after a dip the score can come back
+# level with the best (within a few thousandths of a nat on the SF check-ins) and then creep up
+# for thousands of iterations towards the noisy maximum-likelihood fit.
+GRID_REGAIN_SE = 1.0
 # IBU started from the report shares starts an unreported value at this share (before
 # renormalising): IBU's steps multiply, so a share of 0 would stay 0.
 REPORT_START_FLOOR = 1e-12
@@ -343,7 +348,8 @@ class IBU:
     iterations old (at least 20, at least a quarter of the best count) or every fold
     has converged; past :data:`GAIN_SE_AFTER` iterations, a later checkpoint becomes
     the best only where its summed score beats the best so far by more than
-    ``gain_se`` standard errors of the per-fold gains. The iteration count chosen
+    ``gain_se`` standard errors of the per-fold gains, and once a checkpoint has
+    scored below the best, by more than ``regain_se`` of them. The iteration count chosen
     is the smallest whose summed score is within ``se_rule`` standard errors of
     the best (the errors from the spread of the per-fold differences; ``0`` takes
     the best itself), and IBU is run that long on all reports. ``stopping="tolerance"`` runs until no
@@ -374,6 +380,9 @@ class IBU:
         How many standard errors a later iteration count's score must gain on the
         best so far to become the best, past :data:`GAIN_SE_AFTER` iterations
         (``0``: any gain).
+    regain_se : float
+        The same, at any iteration, once a checkpoint has scored below the best so far
+        (``0``: any gain).
     start : {"uniform", "reports"}
 
     Attributes
@@ -402,6 +411,7 @@ class IBU:
         folds: int = DEFAULT_FOLDS,
         se_rule: float = 0.0,
         gain_se: float = 0.0,
+        regain_se: float = 0.0,
         start: str = "uniform",
     ):
         if stopping not in STOPPING:
@@ -416,6 +426,8 @@ class IBU:
             raise ValueError(f"se_rule must be finite and >= 0, got {se_rule!r}")
         if not (gain_se >= 0 and np.isfinite(gain_se)):
             raise ValueError(f"gain_se must be finite and >= 0, got {gain_se!r}")
+        if not (regain_se >= 0 and np.isfinite(regain_se)):
+            raise ValueError(f"regain_se must be finite and >= 0, got {regain_se!r}")
         if start not in STARTS:
             raise ValueError(f"start must be one of {STARTS}, got {start!r}")
         self.stopping = stopping
@@ -426,6 +438,7 @@ class IBU:
         self.folds = int(folds)
         self.se_rule = float(se_rule)
         self.gain_se = float(gain_se)
+        self.regain_se = float(regain_se)
         self.start = start
 
     def _run(self, counts, channel, n_iter: int | None):
@@ -468,7 +481,7 @@ class IBU:
         start_scores = held_out_scores(held_out, folds.predicted())
         # From the report shares, keeping them (no iteration) is a candidate too.
         iterations, per_fold = ([0], [start_scores]) if self.start == "reports" else ([], [])
-        done, best = 0, 0
+        done, best, fell = 0, 0, False
         while done < self.max_iter:
             target = min(_next_checkpoint(done), self.max_iter)
             while done < target:
@@ -478,8 +491,10 @@ class IBU:
                 done += chunk
             iterations.append(done)
             per_fold.append(held_out_scores(held_out, folds.predicted()))
-            if self._improves(done, per_fold[-1], per_fold[best]):
-                best = len(per_fold) - 1
+            if self._improves(done, per_fold[-1], per_fold[best], fell):
+                best, fell = len(per_fold) - 1, False
+            else:
+                fell = fell or per_fold[-1].sum() < per_fold[best].sum()
             if change <= self.tol:
                 break
             if done - iterations[best] >= max(PATIENCE_MIN, PATIENCE_FRACTION * iterations[best]):
@@ -509,14 +524,18 @@ class IBU:
         self.cv_score_ = float(totals[chosen])
         return iterations[chosen]
 
-    def _improves(self, iteration: int, scores: np.ndarray, best: np.ndarray) -> bool:
+    def _improves(self, iteration: int, scores: np.ndarray, best: np.ndarray, fell: bool) -> bool:
         """Whether the per-fold held-out ``scores`` at ``iteration`` beat the ``best`` so far:
         by more than ``gain_se`` standard errors of their per-fold differences past
-        :data:`GAIN_SE_AFTER` iterations, by anything before."""
+        :data:`GAIN_SE_AFTER` iterations, by anything before; once the score has ``fell``
+        below the best, by more than ``regain_se`` of them as well."""
         gain = scores.sum() - best.sum()
-        if self.gain_se == 0.0 or iteration <= GAIN_SE_AFTER:
+        required = self.gain_se if iteration > GAIN_SE_AFTER else 0.0
+        if fell:
+            required = max(required, self.regain_se)
+        if required == 0.0:
             return gain > 0.0
-        return gain > self.gain_se * paired_se(scores - best)
+        return gain > required * paired_se(scores - best)
 
     def fit(self, counts, channel, n_iter: int | None = None) -> IBU:
         """Estimate from ``counts``; ``n_iter`` forces a fixed number of iterations."""
@@ -712,7 +731,9 @@ class GridIBU(_CheckedAgainstReports):
 
     def fit(self, counts, channel) -> GridIBU:
         counts = report_counts(counts, channel)
-        self.ibu_ = IBU(seed=self.seed, folds=DEFAULT_FOLDS).fit(counts, channel)
+        self.ibu_ = IBU(seed=self.seed, folds=DEFAULT_FOLDS, regain_se=GRID_REGAIN_SE).fit(
+            counts, channel
+        )
         self.check_ = self._check(counts, channel)
         self._settle(counts, channel, self.ibu_)
         self.n_iter_ = 0 if self.kept_reports_ else self.ibu_.n_iter_
