@@ -16,7 +16,10 @@ Configurations (default run, a few minutes on 2 cores):
 * planar Laplace on a synthetic clustered city (8 Gaussian hotspots over a
   10% uniform background) on 20 x 20 and 64 x 64 grids of 100 and 150 m cells,
   epsilon ln 2 and ln 4 per 100 m, n = 10^3 .. 10^5;
-* the exponential mechanism over the same city's 64 x 64 cells of 150 m
+* planar Laplace on a spiky synthetic city (40 hotspots of 20-60 m over a 2%
+  background: check-ins' shape without the data) on 20 x 20 cells of 150 m,
+  epsilon ln 2 and ln 4 per 100 m, n = 10^3 .. 10^5;
+* the exponential mechanism over the clustered city's 64 x 64 cells of 150 m
   (``exponential_grid``, Manhattan and Euclidean distance), epsilon ln 2 and
   ln 4 per 100 m, n = 10^3 .. 10^5;
 * the geometric mechanism over 30 integers, Zipf(1.1) (piled at the lowest value) and
@@ -155,6 +158,22 @@ def planar_configs(quick: bool) -> Iterator[Config]:
                 family = f"planar, {cells} x {cells}, clustered city"
                 setting = f"{cell_m:g} m cells, ln {level} / 100 m"
                 yield Config(family, setting, mechanism, truth, n)
+
+
+def spiky_city_configs(quick: bool) -> Iterator[Config]:
+    """Planar Laplace on a spiky synthetic city (40 hotspots of 20-60 m over a 2% uniform
+    background), the shape of check-in data without the data."""
+    if quick:
+        return
+    grid = equator_grid(20, 20, 150.0)
+    truth = Population.clustered_city(
+        grid, hotspots=40, spread_m=(20.0, 60.0), background=0.02, seed=20
+    ).probabilities
+    for level in (2, 4):
+        mechanism = PlanarLaplace(epsilon=math.log(level) / 100, grid=grid)
+        for n in (1_000, 10_000, 100_000):
+            family = "planar, 20 x 20, spiky city"
+            yield Config(family, f"150 m cells, ln {level} / 100 m", mechanism, truth, n)
 
 
 def exponential_grid_configs(quick: bool) -> Iterator[Config]:
@@ -346,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     # After the check-ins, so that their rows keep their seeds.
     configs += [(c, PLANAR_TRIALS) for c in exponential_grid_configs(args.quick)]
     configs += [(c, KRR_TRIALS) for c in geometric_configs(args.quick)]
+    configs += [(c, PLANAR_TRIALS) for c in spiky_city_configs(args.quick)]
     if args.quick:
         configs = [(config, 3) for config, _ in configs]
     # Each configuration's seed is its place in the whole list, so that --only gives the rows
