@@ -319,10 +319,11 @@ def unresolved_cells(
 
     A cell is unresolved when that smallest bound comes from a window wider than the
     noise's reach (the half-width of the square holding :data:`NOISE_REACH_MASS` of the
-    noise, :meth:`GridKernelChannel.noise_reach`), or when no report landed within the
-    reach at all: the reports then say how much lies in the area, not where in it, the
-    estimate and its bootstrap world put about nothing where no report fell, and a
-    bootstrap interval misses a thin even share there.
+    noise, :meth:`GridKernelChannel.noise_reach`) or from a window holding no report, or
+    when no report landed within the reach at all: the reports then say how much lies in
+    the area, not where in it, the estimate and its bootstrap world put about nothing where
+    no report fell, and a bootstrap interval misses a thin even share there (beside a
+    hotspot too, whose spilled reports land within the reach).
     """
     rows, cols = channel.rows, channel.cols
     n = float(counts.sum())
@@ -332,6 +333,7 @@ def unresolved_cells(
     level = 0.5 + confidence / 2
     best = np.full(channel.n_inputs, np.inf)
     best_radius = np.zeros(channel.n_inputs, dtype=int)
+    best_empty = np.zeros(channel.n_inputs, dtype=bool)
     radius, widest = 0, max(rows, cols) - 1
     while True:
         sums, cells = _window_sums(table, radius)
@@ -339,10 +341,11 @@ def unresolved_cells(
         better = bound < best
         best[better] = bound[better]
         best_radius[better] = radius
+        best_empty[better] = sums.ravel()[better] < 0.5  # counts are whole numbers
         if radius >= widest:
             break
         radius = min(max(2 * radius, 1), widest)
-    unresolved = no_report | (best_radius > reach)
+    unresolved = no_report | (best_radius > reach) | best_empty
     return UnresolvedCells(np.where(unresolved, best, 0.0), no_report, reach)
 
 
