@@ -68,7 +68,7 @@ import aggregator.estimation.compute as estimation_compute  # noqa: E402
 from aggregator.estimation import METHODS, channel_for, estimate  # noqa: E402
 from aggregator.http.estimates import applicable_methods  # noqa: E402
 from scripts.bench_estimators import bell  # noqa: E402
-from scripts.benchlib import equator_grid, write_section  # noqa: E402
+from scripts.benchlib import equator_grid, spiky_city, write_section  # noqa: E402
 from shared.mechanisms import (  # noqa: E402
     KRR,
     ExponentialGrid,
@@ -166,9 +166,7 @@ def spiky_city_configs(quick: bool) -> Iterator[Config]:
     if quick:
         return
     grid = equator_grid(20, 20, 150.0)
-    truth = Population.clustered_city(
-        grid, hotspots=40, spread_m=(20.0, 60.0), background=0.02, seed=20
-    ).probabilities
+    truth = spiky_city(grid, seed=20).probabilities
     for level in (2, 4):
         mechanism = PlanarLaplace(epsilon=math.log(level) / 100, grid=grid)
         for n in (1_000, 10_000, 100_000):

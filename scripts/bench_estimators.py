@@ -75,7 +75,7 @@ if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project i
 
 from aggregator.estimation import budget, channel_for, estimate  # noqa: E402
 from aggregator.estimation.estimators import default_estimator  # noqa: E402
-from scripts.benchlib import seed_range, write_section  # noqa: E402
+from scripts.benchlib import seed_range, spiky_city, write_section  # noqa: E402
 from shared.geo import Grid  # noqa: E402
 from shared.mechanisms import (  # noqa: E402
     KRR,
@@ -404,9 +404,7 @@ def timing_rows(repeats: int) -> list[tuple[str, int | None, float, float, float
     grid = planar_grid(64 * 50.0, 50.0)
     assert (grid.rows, grid.cols) == (64, 64), (grid.rows, grid.cols)
     city = Population.clustered_city(grid, seed=POPULATION_SEED).probabilities
-    spiky = Population.clustered_city(
-        grid, hotspots=40, spread_m=(20.0, 60.0), background=0.02, seed=POPULATION_SEED
-    ).probabilities
+    spiky = spiky_city(grid, seed=POPULATION_SEED).probabilities
     planar = PlanarLaplace(epsilon=math.log(2) / 100, grid=grid)
     krr = KRR(epsilon=2.0, domain=[f"c{i}" for i in range(1000)])
     zipf = Population.zipf(1000, 1.1).probabilities

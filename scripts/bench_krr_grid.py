@@ -58,7 +58,7 @@ from aggregator.estimation import channel_for  # noqa: E402
 from aggregator.estimation.estimators import _steps, empirical_bayes  # noqa: E402
 from scripts.bench_estimators import Case as estimators_case  # noqa: E402
 from scripts.bench_estimators import planar_grid, synthetic_categorical  # noqa: E402
-from scripts.benchlib import seed_range, write_section  # noqa: E402
+from scripts.benchlib import seed_range, spiky_city, write_section  # noqa: E402
 from scripts.krr_grid import KRRGridSmoothing  # noqa: E402
 from shared.geo import Grid  # noqa: E402
 from shared.mechanisms import KRR  # noqa: E402
@@ -154,9 +154,7 @@ def synthetic_truth(grid: Grid, shape: str) -> np.ndarray:
     if shape == "clustered city":
         return Population.clustered_city(grid, seed=POPULATION_SEED).probabilities
     if shape == "spiky city":
-        return Population.clustered_city(
-            grid, hotspots=40, spread_m=(20.0, 60.0), background=0.02, seed=POPULATION_SEED
-        ).probabilities
+        return spiky_city(grid, seed=POPULATION_SEED).probabilities
     if shape == "uniform-ish":
         return synthetic_categorical(grid.n_cells, "uniform-ish")
     raise ValueError(shape)

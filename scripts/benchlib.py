@@ -25,6 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from shared.geo import EARTH_RADIUS_M, Grid, Region  # noqa: E402
+from simulate.populations import Population  # noqa: E402
 
 BENCHMARKS_FILE = ROOT / "BENCHMARKS.md"
 TITLE = "# Benchmarks\n\nEach section is written by the script named in its header; rerun it to refresh.\n"
@@ -45,6 +46,14 @@ def equator_grid(rows: int, cols: int, cell_m: float) -> Grid:
     )
     assert (grid.rows, grid.cols) == (rows, cols)
     return grid
+
+
+def spiky_city(grid: Grid, seed: int) -> Population:
+    """The benchmarks' spiky city: 40 Gaussian hotspots of 20-60 m over a 2% uniform
+    background (the shape of check-in data)."""
+    return Population.clustered_city(
+        grid, hotspots=40, spread_m=(20.0, 60.0), background=0.02, seed=seed
+    )
 
 
 def free_port() -> int:

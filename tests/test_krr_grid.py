@@ -15,6 +15,7 @@ from scipy.ndimage import gaussian_filter1d
 
 from aggregator.estimation import budget, channel_for
 from aggregator.estimation.estimators import empirical_bayes
+from scripts.benchlib import spiky_city
 from scripts.krr_grid import KRRGridSmoothing, smooth
 from shared.geo import Grid
 from shared.mechanisms import KRR
@@ -141,9 +142,7 @@ def test_where_the_label_only_default_finds_structure_it_is_kept():
     the empirical Bayes prior is supported and the reports resolve single cells, so nothing
     is smoothed (smoothing there doubled the EMD of the default in the benchmark)."""
     grid = planar_grid(2000.0, 100.0)
-    truth = Population.clustered_city(
-        grid, hotspots=40, spread_m=(20.0, 60.0), background=0.02, seed=2024
-    ).probabilities
+    truth = spiky_city(grid, seed=2024).probabilities
     mechanism = KRR(epsilon=math.log(8), domain=list(cell_labels(grid)))
     generator = np.random.default_rng(0)
     users = np.repeat(np.arange(truth.size), generator.multinomial(100_000, truth))

@@ -336,12 +336,12 @@ def unresolved_cells(
     best_empty = np.zeros(channel.n_inputs, dtype=bool)
     radius, widest = 0, max(rows, cols) - 1
     while True:
-        sums, cells = _window_sums(table, radius)
-        bound = share_upper_bound(sums.ravel(), n, level) / cells.ravel()
+        sums, cells = (values.ravel() for values in _window_sums(table, radius))
+        bound = share_upper_bound(sums, n, level) / cells
         better = bound < best
         best[better] = bound[better]
         best_radius[better] = radius
-        best_empty[better] = sums.ravel()[better] < 0.5  # counts are whole numbers
+        best_empty[better] = sums[better] < 0.5  # counts are whole numbers
         if radius >= widest:
             break
         radius = min(max(2 * radius, 1), widest)

@@ -38,7 +38,7 @@ from aggregator.estimation.intervals import (
     unresolved_cells,
     wilson_interval,
 )
-from scripts.benchlib import equator_grid
+from scripts.benchlib import equator_grid, spiky_city
 from shared.mechanisms import KRR, Geometric, PlanarLaplace
 from simulate.populations import Population
 
@@ -465,9 +465,7 @@ def test_thin_background_beside_hotspots_is_covered():
     # cell is now bounded by it (about 3e-4): 0.936 of the background, 0.932 of all; mean
     # widths 6.566e-3 before, 6.577e-3 now.
     grid = equator_grid(20, 20, 150.0)
-    city = Population.clustered_city(
-        grid, hotspots=40, spread_m=(20.0, 60.0), background=0.02, seed=20
-    ).probabilities
+    city = spiky_city(grid, seed=20).probabilities
     mechanism = PlanarLaplace(epsilon=math.log(4) / 100, grid=grid)
     results = list(surveys(mechanism, city, 1_000, 10, seed=0))
     covered = np.array([(r.ci_low <= city) & (city <= r.ci_high) for r in results])
