@@ -81,6 +81,15 @@ TWO_STARTS_TEMPERATURE = 3.0
 # per-fold gains): with a few hundred reports the score can creep up on noise alone, and IBU
 # followed it for thousands of iterations to the sparse maximum-likelihood fit.
 GEOMETRIC_GAIN_SE = 1.0
+# ... and each run stops at the first iteration count whose fit to all the reports is within
+# their noise (the discrepancy principle): Pearson's statistic at most its expected value under
+# the mechanism's noise less this many of its standard deviations. The held-out score cannot
+# tell apart truths whose report distributions nearly agree (a pile at the range's end and its
+# users moved to the next value), and with a few hundred reports it led IBU there.
+GEOMETRIC_DISCREPANCY_SD = 0.5
+# ... unless cross-validation's count beats that one's held-out score by more than this many
+# standard errors of the per-fold gains.
+GEOMETRIC_BEYOND_NOISE_SE = 2.0
 # On a grid, once the held-out score has fallen below its best, a later count becomes the best
 # only where it gains on it by this many standard errors: after a dip the score can come back
 # level with the best (within a few thousandths of a nat on the SF check-ins) and then creep up
@@ -323,6 +332,33 @@ def held_out_scores(held_out: np.ndarray, predicted: np.ndarray) -> np.ndarray:
     return np.sum(np.where(held_out > 0, held_out * logs, 0.0), axis=1)
 
 
+def pearson_against_noise(
+    counts: np.ndarray, p: np.ndarray, predicted: np.ndarray, channel
+) -> tuple[float, float]:
+    """Pearson's statistic ``sum_y (c_y - n q_y)^2 / (n q_y)`` of ``counts`` against the report
+    distribution ``predicted`` (``q``) of shares ``p``, and its expected value if the users'
+    values were at ``p`` (the mechanism's noise alone): ``sum_y v_y / q_y``, with ``v`` the
+    channel's ``report_variance(p)``. Infinite where a count falls on an output of
+    probability 0."""
+    if np.any((predicted <= 0) & (counts > 0)):
+        return np.inf, 0.0
+    expected_counts = counts.sum() * predicted
+    seen = expected_counts > 0
+    pearson = np.sum((counts[seen] - expected_counts[seen]) ** 2 / expected_counts[seen])
+    expected = np.sum(channel.report_variance(p)[seen] / predicted[seen])
+    return float(pearson), float(expected)
+
+
+def within_noise(counts: np.ndarray, steps, channel, sd: float) -> bool:
+    """Whether the fit of ``steps`` (its shares ``p`` and their report distribution) is within
+    the noise of ``counts``: Pearson's statistic at most its expected value less ``sd`` times
+    its standard deviation, taken as ``sqrt(2 E)`` (:func:`pearson_against_noise`). Fitted
+    closer than that, an estimate follows the noise (the discrepancy principle of regularised
+    deconvolution: Morozov, 1966)."""
+    pearson, expected = pearson_against_noise(counts, steps.p, steps.predicted, channel)
+    return pearson <= expected - sd * np.sqrt(2.0 * expected)
+
+
 def _next_checkpoint(iteration: int) -> int:
     """Where the cross-validation scores next: every step up to 20, then about every 5%."""
     return iteration + max(1, iteration // 20)
@@ -352,7 +388,10 @@ class IBU:
     scored below the best, by more than ``regain_se`` of them. The iteration count chosen
     is the smallest whose summed score is within ``se_rule`` standard errors of
     the best (the errors from the spread of the per-fold differences; ``0`` takes
-    the best itself), and IBU is run that long on all reports. ``stopping="tolerance"`` runs until no
+    the best itself), and IBU is run that long on all reports; with ``discrepancy_sd``,
+    it stops sooner where its fit to all the reports is already within their noise
+    (:func:`within_noise`), unless the chosen count's held-out score beats that one's by
+    more than ``beyond_noise_se`` standard errors. ``stopping="tolerance"`` runs until no
     frequency changes by more than ``tol`` (or ``max_iter``), which is the
     plain maximum-likelihood estimate. ``start="reports"`` starts from the
     report shares instead of uniform shares (for channels whose reports are
@@ -383,6 +422,15 @@ class IBU:
     regain_se : float
         The same, at any iteration, once a checkpoint has scored below the best so far
         (``0``: any gain).
+    discrepancy_sd : float or None
+        Stop the run on all reports at the first iteration count (after the first step
+        from uniform shares) whose fit is within the reports' noise by this many standard
+        deviations of Pearson's statistic (:func:`within_noise`; channels with
+        ``report_variance`` only); ``None``: the count cross-validation chose.
+    beyond_noise_se : float
+        With ``discrepancy_sd``: how many standard errors of the per-fold gains the
+        held-out score at cross-validation's count must gain on the one at the count within
+        the noise for the run to go on to it.
     start : {"uniform", "reports"}
 
     Attributes
@@ -391,6 +439,7 @@ class IBU:
     log_likelihood_history_ (one value per iteration, on all reports),
     cv_iterations_ and cv_scores_ (the checkpoints and their summed held-out
     scores, ``stopping="cv"`` only), cv_score_ (the chosen count's, or None),
+    cv_n_iter_ (the count cross-validation chose, before ``discrepancy_sd``, or None),
     warnings_ (human-readable strings).
     """
 
@@ -412,6 +461,8 @@ class IBU:
         se_rule: float = 0.0,
         gain_se: float = 0.0,
         regain_se: float = 0.0,
+        discrepancy_sd: float | None = None,
+        beyond_noise_se: float = 2.0,
         start: str = "uniform",
     ):
         if stopping not in STOPPING:
@@ -428,6 +479,10 @@ class IBU:
             raise ValueError(f"gain_se must be finite and >= 0, got {gain_se!r}")
         if not (regain_se >= 0 and np.isfinite(regain_se)):
             raise ValueError(f"regain_se must be finite and >= 0, got {regain_se!r}")
+        if discrepancy_sd is not None and not np.isfinite(discrepancy_sd):
+            raise ValueError(f"discrepancy_sd must be finite or None, got {discrepancy_sd!r}")
+        if not (beyond_noise_se >= 0 and np.isfinite(beyond_noise_se)):
+            raise ValueError(f"beyond_noise_se must be finite and >= 0, got {beyond_noise_se!r}")
         if start not in STARTS:
             raise ValueError(f"start must be one of {STARTS}, got {start!r}")
         self.stopping = stopping
@@ -439,23 +494,36 @@ class IBU:
         self.se_rule = float(se_rule)
         self.gain_se = float(gain_se)
         self.regain_se = float(regain_se)
+        self.discrepancy_sd = None if discrepancy_sd is None else float(discrepancy_sd)
+        self.beyond_noise_se = float(beyond_noise_se)
         self.start = start
 
-    def _run(self, counts, channel, n_iter: int | None):
-        """IBU on ``counts`` for ``n_iter`` steps, or until converged if ``None``.
+    def _run(self, counts, channel, n_iter: int | None, to_noise: bool = False):
+        """IBU on ``counts`` for ``n_iter`` steps, or until converged if ``None``; with
+        ``to_noise``, no further than the first count whose fit is within the reports' noise
+        (:func:`within_noise`; after the first step from uniform shares).
 
         Returns the steps (their estimate and its report distribution), the
         steps taken, whether it converged, and the log-likelihood history.
         """
         steps = _steps(channel, counts, self.start)
         limit = self.max_iter if n_iter is None else n_iter
+        least = 1 if self.start == "uniform" else 0
         history = []
-        if self.record_history:
+        if self.record_history or to_noise:
             taken, change = 0, np.inf
             while taken < limit and not change <= self.tol:
-                change = advance_charged(steps, 1, self.tol, channel.n_inputs)[1]
-                taken += 1
-                history.append(log_likelihood(counts, steps.predicted))
+                if to_noise and taken >= least:
+                    assert self.discrepancy_sd is not None
+                    if within_noise(counts, steps, channel, self.discrepancy_sd):
+                        break
+                # The fit is checked at the cross-validation's checkpoints (every step up
+                # to 20, then about every 5%).
+                stride = 1 if self.record_history else min(_next_checkpoint(taken), limit) - taken
+                done, change = advance_charged(steps, stride, self.tol, channel.n_inputs)
+                taken += done
+                if self.record_history:
+                    history.append(log_likelihood(counts, steps.predicted))
         else:
             taken, change = advance_charged(steps, limit, self.tol, channel.n_inputs)
         return steps, taken, bool(change <= self.tol), history
@@ -521,6 +589,7 @@ class IBU:
                 "distribution (within one standard error): differences between rows may be noise"
             )
         self.cv_iterations_, self.cv_scores_ = np.asarray(iterations), totals
+        self._cv_fold_scores = scores
         self.cv_score_ = float(totals[chosen])
         return iterations[chosen]
 
@@ -537,17 +606,36 @@ class IBU:
             return gain > 0.0
         return gain > required * paired_se(scores - best)
 
+    def _gains_beyond(self, within: int, chosen: int) -> bool:
+        """Whether the held-out score at cross-validation's ``chosen`` count beats the one at
+        the count ``within`` the reports' noise by more than ``beyond_noise_se`` standard
+        errors of the per-fold gains (both are checkpoints; else False)."""
+        iterations = list(self.cv_iterations_) if self.cv_iterations_ is not None else []
+        if within not in iterations or chosen not in iterations:
+            return False
+        gains = (
+            self._cv_fold_scores[iterations.index(chosen)]
+            - self._cv_fold_scores[iterations.index(within)]
+        )
+        return bool(gains.sum() > self.beyond_noise_se * paired_se(gains))
+
     def fit(self, counts, channel, n_iter: int | None = None) -> IBU:
         """Estimate from ``counts``; ``n_iter`` forces a fixed number of iterations."""
         counts = report_counts(counts, channel)
         if self.start == "reports" and channel.n_inputs != channel.n_outputs:
             raise ValueError("IBU can start from the report shares only where reports are values")
         self.n_ = counts.sum()
-        self.cv_iterations_ = self.cv_scores_ = self.cv_score_ = None
+        self.cv_iterations_ = self.cv_scores_ = self.cv_score_ = self.cv_n_iter_ = None
+        self._cv_fold_scores = np.zeros((0, 0))
         self.warnings_ = []
+        to_noise = False
         if n_iter is None and self.stopping == "cv":
-            n_iter = self._cross_validate(counts, channel)
-        steps, taken, converged, history = self._run(counts, channel, n_iter)
+            n_iter = self.cv_n_iter_ = self._cross_validate(counts, channel)
+            to_noise = self.discrepancy_sd is not None and hasattr(channel, "report_variance")
+        steps, taken, converged, history = self._run(counts, channel, n_iter, to_noise)
+        if to_noise and n_iter is not None and taken < n_iter and self._gains_beyond(taken, n_iter):
+            more, change = advance_charged(steps, n_iter - taken, self.tol, channel.n_inputs)
+            taken, converged = taken + more, bool(change <= self.tol)
         self.frequencies_ = steps.p.copy()
         self.n_iter_ = taken
         # With a chosen iteration count, reaching it is the stopping rule firing.
@@ -575,6 +663,11 @@ class IBU:
             steps += " from the report shares"
         if self.cv_iterations_ is not None and self.cv_iterations_.size:
             rule = "" if self.se_rule == 0 else f", {self.se_rule:g}-standard-error rule"
+            if self.cv_n_iter_ is not None and self.n_iter_ < self.cv_n_iter_:
+                return (
+                    f"IBU, stopped at {steps}, where it fitted the reports within their noise "
+                    f"({self.folds}-fold cross-validation chose {self.cv_n_iter_})"
+                )
             return f"IBU, stopped at {steps} by {self.folds}-fold cross-validation{rule}"
         if self.cv_iterations_ is not None:
             return f"IBU, {steps} (too few reports to cross-validate)"
@@ -592,7 +685,9 @@ class TwoStartIBU:
     spread-out truth; IBU from the report shares is shrunk towards the reports, which are
     already close where the truth is piled against an end of the range (the clamped noise
     moves little of it). Where the held-out reports cannot tell the two apart, as with a few
-    hundred reports, both count about equally.
+    hundred reports, both count about equally. Each run stops where its fit to all the reports
+    is within their noise, if cross-validation would run it further
+    (:data:`GEOMETRIC_DISCREPANCY_SD`, :func:`within_noise`).
 
     At a high epsilon the mix is then mixed with the raw report shares, which are nearly the
     users' own answers there (:func:`raw_report_weight`; ``raw_mix=False`` leaves it out).
@@ -620,9 +715,14 @@ class TwoStartIBU:
     def fit(self, counts, channel) -> TwoStartIBU:
         counts = report_counts(counts, channel)
         self.runs_ = [
-            IBU(seed=self.seed, folds=DEFAULT_FOLDS, gain_se=GEOMETRIC_GAIN_SE, start=start).fit(
-                counts, channel
-            )
+            IBU(
+                seed=self.seed,
+                folds=DEFAULT_FOLDS,
+                gain_se=GEOMETRIC_GAIN_SE,
+                discrepancy_sd=GEOMETRIC_DISCREPANCY_SD,
+                beyond_noise_se=GEOMETRIC_BEYOND_NOISE_SE,
+                start=start,
+            ).fit(counts, channel)
             for start in STARTS
         ]
         uniform_run, reports_run = self.runs_
@@ -661,10 +761,11 @@ class TwoStartIBU:
     def describe(self) -> str:
         uniform_run, reports_run = self.runs_
         text = (
-            f"IBU from equal shares ({uniform_run.n_iter_} iterations) and from the report "
-            f"shares ({reports_run.n_iter_}), each stopped by {DEFAULT_FOLDS}-fold "
-            f"cross-validation, weighted {self.weight_:.2f} and {1.0 - self.weight_:.2f} by "
-            "their held-out likelihoods"
+            f"IBU from equal shares ({_iterations(uniform_run)}) and from the report "
+            f"shares ({_iterations(reports_run)}), each stopped by {DEFAULT_FOLDS}-fold "
+            "cross-validation or, sooner, where it fitted the reports within their noise, "
+            f"weighted {self.weight_:.2f} and {1.0 - self.weight_:.2f} by their held-out "
+            "likelihoods"
         )
         if self.raw_weight_ > 0.0:
             text += (
@@ -672,6 +773,14 @@ class TwoStartIBU:
                 "at this epsilon; the share chosen by an unbiased estimate of the error)"
             )
         return text
+
+
+def _iterations(run: IBU) -> str:
+    """A run's iteration count in words, and cross-validation's where it stopped sooner."""
+    text = f"{run.n_iter_} iteration{'' if run.n_iter_ == 1 else 's'}"
+    if run.cv_n_iter_ is not None and run.n_iter_ < run.cv_n_iter_:
+        text += f"; cross-validation chose {run.cv_n_iter_}"
+    return text
 
 
 class _CheckedAgainstReports:

@@ -54,6 +54,18 @@ class ClampedGeometric:
         stay[[0, -1]] = self._end
         return stay
 
+    def forward_squared(self, p: np.ndarray) -> np.ndarray:
+        """``sum_x p_x C[x, y]^2`` for every ``y`` (along the last axis): the squared entries
+        are this family's with ``a^2`` (inner ``c^2 a^(2|d|)``, ends ``a^(2x) / (1 + a)^2``), so
+        the channel of ``a^2``'s product, rescaled at the inner values and at the ends."""
+        if self.m == 1:
+            return np.asarray(p, dtype=float).copy()
+        squared = ClampedGeometric(self.alpha**2, self.m)
+        result = squared.forward(p)
+        result *= self._inner**2 / squared._inner
+        result[..., [0, -1]] *= (self._end**2 / squared._end) / (self._inner**2 / squared._inner)
+        return result
+
     def solve(self, q: np.ndarray, axis: int = -1) -> np.ndarray:
         """The ``p`` with ``p C = q`` along ``axis``: three taps per value."""
         return self._taps(q, axis, self._scale, self._centre, -self.alpha, self._denominator)
@@ -139,6 +151,12 @@ class GeometricChannel(Channel):
     def solve_with_info(self, q: np.ndarray) -> tuple[np.ndarray, bool]:
         """The ``p`` with ``p C = q``, exactly, in O(m) (see the class docstring)."""
         return self._axis.solve(q), True
+
+    def report_variance(self, p: np.ndarray) -> np.ndarray:
+        """Each report count's variance per user, the users' values fixed at shares ``p``:
+        ``sum_x p_x C[x, y] (1 - C[x, y])`` (each user's report is its own Bernoulli draw
+        at ``y``; the mechanism's noise alone, not the drawing of the users)."""
+        return self.forward(p) - self._axis.forward_squared(p)
 
     def inversion_second_moment(self, q: np.ndarray) -> np.ndarray:
         """``sum_y (C^-1)[y, x]^2 q_y`` for every ``x``, exactly, from the three taps."""

@@ -282,11 +282,12 @@ def test_the_reference_distance_loses_its_own_noise_measured_on_the_replicates()
 def test_geometric_intervals_take_the_reference_noise_out_and_still_cover(
     shape, epsilon, monkeypatch
 ):
-    """30 values, 10^5 reports, 20 surveys. With the plain distance a bell-shaped truth was
-    covered in nearly every (survey, value) pair (measured: 0.997 at 0.5 per unit, 1.000 at 1),
-    the intervals wider than they need be; less the reference fit's noise, 0.982 and 0.993 with
-    intervals 0.69 and 0.78 times as wide, and a truth piled at the low end stays covered (0.973,
-    against 0.987)."""
+    """30 values, 10^5 reports, 20 surveys. With the plain distance a bell-shaped truth is
+    covered in nearly every (survey, value) pair (measured: 0.992 at 0.5 per unit, 1.000 at 1),
+    the intervals wider than they need be; less the reference fit's noise, 0.958 and 0.983 with
+    intervals 0.67 and 0.78 times as wide, and a truth piled at the low end stays covered (0.948,
+    against 0.982). (Before the runs stopped within the reports' noise: 0.997 and 1.000 plain,
+    0.982 and 0.993 less the noise; the Zipf truth 0.973 against 0.987.)"""
     mechanism = Geometric(epsilon=epsilon, lo=0, hi=29)
     values = np.arange(30)
     if shape == "bell":
@@ -303,9 +304,10 @@ def test_geometric_intervals_take_the_reference_noise_out_and_still_cover(
     plain_covered = np.array([(r.ci_low <= truth) & (truth <= r.ci_high) for r in plain])
     width = np.mean([r.ci_high - r.ci_low for r in results])
     plain_width = np.mean([r.ci_high - r.ci_low for r in plain])
+    print(shape, epsilon, "covered", covered.mean(), plain_covered.mean(), width / plain_width)
     assert 0.93 <= covered.mean() <= 0.995
     if shape == "bell":
-        assert plain_covered.mean() > 0.995 and width < 0.85 * plain_width
+        assert plain_covered.mean() >= 0.99 and width < 0.85 * plain_width
 
 
 def test_small_samples_are_flagged_and_large_ones_are_not():
