@@ -17,6 +17,11 @@
   shares (weight ``expit((gap - c) / 3)``), and the run from the report shares stopped at the
   smallest count within 1 standard error of the best (mean total variation against the raw
   reports'; the last lines give each column's worst row and how many rows are above 1).
+* ``noise SEEDS``: on the rows of ``starts``, the default against the same two runs without
+  their stop at the reports' noise level (``estimators.GEOMETRIC_DISCREPANCY_SD`` set to None):
+  mean total variation against the raw reports', the worst seed's ratio and how many seeds were
+  worse than the raw reports; the last lines count the rows above the raw reports and the rows
+  whose worst seed is over 1.5 and 2 times them.
 * ``excess SEEDS``: the worst of those rows, a Zipf(1.1) truth over 30 values at 0.5 per unit
   with 200 reports, over many seeds: the default's mean total variation against the raw
   reports', with a band of two standard errors of the paired per-seed differences.
@@ -33,6 +38,7 @@
     python scripts/measure_stopping.py geometric
     python scripts/measure_stopping.py starts 200-259
     python scripts/measure_stopping.py weights 100-159
+    python scripts/measure_stopping.py noise 4000-4039
     python scripts/measure_stopping.py excess 1000-2999
     python scripts/measure_stopping.py corner
     python scripts/measure_stopping.py tails 2000
@@ -51,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from aggregator.estimation import channel_for, estimate  # noqa: E402
+from aggregator.estimation import channel_for, estimate, estimators  # noqa: E402
 from aggregator.estimation.estimators import (  # noqa: E402
     IBU,
     PATIENCE_FRACTION,
@@ -285,6 +291,54 @@ def weights(seeds: range) -> None:
     print("| rows above 1 | | " + " | ".join(str(a) for a in above) + " |")
 
 
+def noise(seeds: range) -> None:
+    columns = ("default", "without the noise-level stop")
+    print(
+        "| values, epsilon per unit, reports | truth | raw reports' mean TV | "
+        + " | ".join(f"{c}: mean TV / raw, worst seed, seeds worse" for c in columns)
+        + " |"
+    )
+    print("|---|---|---|---|---|")
+    ratios, worst = [], []
+    kept = estimators.GEOMETRIC_DISCREPANCY_SD
+    for k, epsilon, n in STARTS_ROWS:
+        mechanism = Geometric(epsilon=epsilon, lo=0, hi=k - 1)
+        channel = channel_for(mechanism)
+        for name, truth_p in geometric_truths(k).items():
+            raw, errors = np.zeros(len(seeds)), np.zeros((len(seeds), len(columns)))
+            for row, seed in enumerate(seeds):
+                truth, counts = geometric_survey(mechanism, truth_p, n, seed)
+                raw[row] = total_variation(truth, counts / n)
+                for column, sd in enumerate((kept, None)):
+                    estimators.GEOMETRIC_DISCREPANCY_SD = sd
+                    try:
+                        fit = default_estimator(channel).fit(counts, channel).frequencies_
+                    finally:
+                        estimators.GEOMETRIC_DISCREPANCY_SD = kept
+                    errors[row, column] = total_variation(truth, fit)
+            ratios.append(errors.mean(axis=0) / raw.mean())
+            worst.append(np.max(errors / raw[:, None], axis=0))
+            cells = [
+                f"{r:.3f}, {w:.2f}, {int(np.sum(e > raw))}"
+                for r, w, e in zip(ratios[-1], worst[-1], errors.T, strict=True)
+            ]
+            print(
+                f"| {k}, {epsilon:g}, {n:,} | {name} | {raw.mean():.3f} | "
+                + " | ".join(cells)
+                + " |",
+                flush=True,
+            )
+    ratio_a, worst_a = np.asarray(ratios), np.asarray(worst)
+    for column, name in enumerate(columns):
+        print(
+            f"{name}: {int(np.sum(ratio_a[:, column] > 1))} rows above the raw reports (largest "
+            f"{ratio_a[:, column].max():.3f}); worst seed over 1.5 times them in "
+            f"{int(np.sum(worst_a[:, column] > 1.5))} rows, over 2 in "
+            f"{int(np.sum(worst_a[:, column] > 2))}; geometric mean of the rows' ratios "
+            f"{math.exp(np.mean(np.log(ratio_a[:, column]))):.3f}"
+        )
+
+
 def excess(seeds: range) -> None:
     mechanism = Geometric(epsilon=0.5, lo=0, hi=29)
     channel, truth_p = channel_for(mechanism), geometric_truths(30)["Zipf, low end"]
@@ -404,7 +458,13 @@ def tails(surveys: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    by_seeds = {"planar": planar, "starts": starts, "weights": weights, "excess": excess}
+    by_seeds = {
+        "planar": planar,
+        "starts": starts,
+        "weights": weights,
+        "noise": noise,
+        "excess": excess,
+    }
     if len(argv) >= 2 and argv[0] in by_seeds:
         by_seeds[argv[0]](seed_range(argv[1]))
     elif argv[:1] == ["geometric"]:

@@ -20,6 +20,7 @@ expectation, better, or not told apart::
     python scripts/sweep_defaults.py rr --method ibu   # cross-validated IBU, not the default
     python scripts/sweep_defaults.py krr --method empirical_bayes
     python scripts/sweep_defaults.py geometric --gain-se 0   # without the gain rule past 20 steps
+    python scripts/sweep_defaults.py geometric --no-noise-stop   # runs not stopped at the noise
     python scripts/sweep_defaults.py geometric --confirm 1000-1199
 """
 
@@ -210,6 +211,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the standard errors a geometric IBU run's held-out score must gain past 20 "
         "iterations (estimators.GEOMETRIC_GAIN_SE; 0: any gain, as before it)",
     )
+    parser.add_argument(
+        "--no-noise-stop",
+        action="store_true",
+        help="geometric IBU runs not stopped where they fit the reports within their noise "
+        "(estimators.GEOMETRIC_DISCREPANCY_SD set to None, as before it)",
+    )
     args = parser.parse_args(argv)
     name = {"default": "default", "ibu": "cross-validated IBU"}.get(args.method, args.method)
     print(
@@ -228,6 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as error:
             parser.error(f"{mechanism}: {error}")
     kept, estimators.GEOMETRIC_GAIN_SE = estimators.GEOMETRIC_GAIN_SE, args.gain_se
+    kept_sd = estimators.GEOMETRIC_DISCREPANCY_SD
+    if args.no_noise_stop:
+        estimators.GEOMETRIC_DISCREPANCY_SD = None
     try:
         for mechanism in args.mechanisms:
             flagged, count, more = sweep(settings(mechanism, wide=args.wide), args.seeds, estimator)
@@ -246,6 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     finally:
         estimators.GEOMETRIC_GAIN_SE = kept
+        estimators.GEOMETRIC_DISCREPANCY_SD = kept_sd
     return 0
 
 

@@ -97,3 +97,20 @@ def test_the_command_confirms_what_it_marks(capsys):
         if row.endswith(("| worse |", "| better |", "| not told apart |"))
     ]
     assert len(verdicts) == len(marked)
+
+
+def test_the_geometric_sweep_without_the_noise_level_stop(monkeypatch, capsys):
+    """``--no-noise-stop`` sweeps the geometric runs as cross-validation alone stops them, and
+    puts the stop back afterwards."""
+    seen = []
+
+    def fake_sweep(cases, seeds, estimator):
+        seen.append(estimators.GEOMETRIC_DISCREPANCY_SD)
+        return [], len(list(cases)), []
+
+    monkeypatch.setattr("scripts.sweep_defaults.sweep", fake_sweep)
+    kept = estimators.GEOMETRIC_DISCREPANCY_SD
+    assert main(["geometric", "--no-noise-stop", "--seeds", "606"]) == 0
+    assert main(["geometric", "--seeds", "606"]) == 0
+    assert seen == [None, kept] and estimators.GEOMETRIC_DISCREPANCY_SD == kept
+    assert "0 of 72 settings worse" in capsys.readouterr().out
