@@ -440,6 +440,7 @@ class IBU:
     cv_iterations_ and cv_scores_ (the checkpoints and their summed held-out
     scores, ``stopping="cv"`` only), cv_score_ (the chosen count's, or None),
     cv_n_iter_ (the count cross-validation chose, before ``discrepancy_sd``, or None),
+    within_noise_ (whether the run stopped sooner, where its fit was within the noise),
     warnings_ (human-readable strings).
     """
 
@@ -633,9 +634,12 @@ class IBU:
             n_iter = self.cv_n_iter_ = self._cross_validate(counts, channel)
             to_noise = self.discrepancy_sd is not None and hasattr(channel, "report_variance")
         steps, taken, converged, history = self._run(counts, channel, n_iter, to_noise)
-        if to_noise and n_iter is not None and taken < n_iter and self._gains_beyond(taken, n_iter):
-            more, change = advance_charged(steps, n_iter - taken, self.tol, channel.n_inputs)
-            taken, converged = taken + more, bool(change <= self.tol)
+        self.within_noise_ = False
+        if to_noise and n_iter is not None and taken < n_iter and not converged:
+            self.within_noise_ = not self._gains_beyond(taken, n_iter)
+            if not self.within_noise_:
+                more, change = advance_charged(steps, n_iter - taken, self.tol, channel.n_inputs)
+                taken, converged = taken + more, bool(change <= self.tol)
         self.frequencies_ = steps.p.copy()
         self.n_iter_ = taken
         # With a chosen iteration count, reaching it is the stopping rule firing.
@@ -663,7 +667,7 @@ class IBU:
             steps += " from the report shares"
         if self.cv_iterations_ is not None and self.cv_iterations_.size:
             rule = "" if self.se_rule == 0 else f", {self.se_rule:g}-standard-error rule"
-            if self.cv_n_iter_ is not None and self.n_iter_ < self.cv_n_iter_:
+            if self.within_noise_:
                 return (
                     f"IBU, stopped at {steps}, where it fitted the reports within their noise "
                     f"({self.folds}-fold cross-validation chose {self.cv_n_iter_})"
@@ -778,7 +782,7 @@ class TwoStartIBU:
 def _iterations(run: IBU) -> str:
     """A run's iteration count in words, and cross-validation's where it stopped sooner."""
     text = f"{run.n_iter_} iteration{'' if run.n_iter_ == 1 else 's'}"
-    if run.cv_n_iter_ is not None and run.n_iter_ < run.cv_n_iter_:
+    if run.within_noise_:
         text += f"; cross-validation chose {run.cv_n_iter_}"
     return text
 
