@@ -751,6 +751,8 @@ class TwoStartIBU:
         return self.weight_ * from_uniform + (1.0 - self.weight_) * from_reports
 
     def _with_raw(self, runs: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        if self.raw_weight_ == 0.0:
+            return runs
         shares = counts / counts.sum(axis=-1, keepdims=True)
         return (1.0 - self.raw_weight_) * runs + self.raw_weight_ * shares
 

@@ -461,7 +461,8 @@ def bootstrap_error_interval(
     if replicates < 2:
         raise ValueError(f"replicates must be >= 2, got {replicates!r}")
     generator = np.random.default_rng(seed)
-    n = round(float(counts.sum()))
+    # At least one report per replicate: counts of weighted reports can sum below one.
+    n = max(1, round(float(counts.sum())))
     predicted = np.maximum(channel.forward(np.clip(point, 0.0, None)), 0.0)
     predicted /= predicted.sum()
     redrawn: list[np.ndarray] = []
