@@ -611,13 +611,12 @@ class IBU:
         """Whether the held-out score at cross-validation's ``chosen`` count beats the one at
         the count ``within`` the reports' noise by more than ``beyond_noise_se`` standard
         errors of the per-fold gains (both are checkpoints; else False)."""
-        iterations = list(self.cv_iterations_) if self.cv_iterations_ is not None else []
+        assert self.cv_iterations_ is not None  # cross-validation ran
+        iterations = list(self.cv_iterations_)
         if within not in iterations or chosen not in iterations:
             return False
-        gains = (
-            self._cv_fold_scores[iterations.index(chosen)]
-            - self._cv_fold_scores[iterations.index(within)]
-        )
+        scores = self._cv_fold_scores
+        gains = scores[iterations.index(chosen)] - scores[iterations.index(within)]
         return bool(gains.sum() > self.beyond_noise_se * paired_se(gains))
 
     def fit(self, counts, channel, n_iter: int | None = None) -> IBU:
@@ -751,8 +750,6 @@ class TwoStartIBU:
         return self.weight_ * from_uniform + (1.0 - self.weight_) * from_reports
 
     def _with_raw(self, runs: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        if self.raw_weight_ == 0.0:
-            return runs
         shares = counts / counts.sum(axis=-1, keepdims=True)
         return (1.0 - self.raw_weight_) * runs + self.raw_weight_ * shares
 

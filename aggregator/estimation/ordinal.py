@@ -18,6 +18,8 @@ are the one-dimensional ones applied along each axis in turn: O(cells).
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 from scipy.signal import lfilter
 
@@ -60,11 +62,16 @@ class ClampedGeometric:
         the channel of ``a^2``'s product, rescaled at the inner values and at the ends."""
         if self.m == 1:
             return np.asarray(p, dtype=float).copy()
-        squared = ClampedGeometric(self.alpha**2, self.m)
+        squared = self._squared
         result = squared.forward(p)
         result *= self._inner**2 / squared._inner
         result[..., [0, -1]] *= (self._end**2 / squared._end) / (self._inner**2 / squared._inner)
         return result
+
+    @cached_property
+    def _squared(self) -> ClampedGeometric:
+        """The channel of ``a^2`` on the same values (built once: its weights are O(m))."""
+        return ClampedGeometric(self.alpha**2, self.m)
 
     def solve(self, q: np.ndarray, axis: int = -1) -> np.ndarray:
         """The ``p`` with ``p C = q`` along ``axis``: three taps per value."""
