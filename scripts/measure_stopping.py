@@ -291,7 +291,7 @@ def weights(seeds: range) -> None:
     print("| rows above 1 | | " + " | ".join(str(a) for a in above) + " |")
 
 
-def noise(seeds: range) -> None:
+def noise(seeds: range, rows: tuple[tuple[int, float, int], ...] = STARTS_ROWS) -> None:
     columns = ("default", "without the noise-level stop")
     print(
         "| values, epsilon per unit, reports | truth | raw reports' mean TV | "
@@ -301,7 +301,7 @@ def noise(seeds: range) -> None:
     print("|---|---|---|---|---|")
     ratios, worst = [], []
     kept = estimators.GEOMETRIC_DISCREPANCY_SD
-    for k, epsilon, n in STARTS_ROWS:
+    for k, epsilon, n in rows:
         mechanism = Geometric(epsilon=epsilon, lo=0, hi=k - 1)
         channel = channel_for(mechanism)
         for name, truth_p in geometric_truths(k).items():
