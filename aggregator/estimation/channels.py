@@ -262,6 +262,30 @@ class KRRChannel(Channel):
             raise SingularChannelError("k-RR with epsilon this small cannot be inverted")
         return (q - self.p_other * q.sum()) / (self.p_keep - self.p_other), True
 
+    def maximum_likelihood(self, counts: np.ndarray) -> np.ndarray:
+        """The shares under which ``counts`` are most likely (where IBU converges), in closed
+        form, O(k log k).
+
+        A category's report share is ``q_x = p_other + (p_keep - p_other) p_x``, so the shares
+        maximise ``sum c_x log q_x`` over the ``q`` summing to 1 with every ``q_x >= p_other``.
+        By the Karush-Kuhn-Tucker conditions ``q_x = max(p_other, c_x / lam)``: the categories
+        above the floor are the ``j`` largest counts, and ``lam`` is their sum over what the
+        floor leaves, ``1 - (k - j) p_other``; ``j`` is the one for which the ``j``-th largest
+        count is above ``p_other lam`` and the next is not.
+        """
+        counts = np.asarray(counts, dtype=float)
+        k, floor = counts.size, self.p_other
+        shares = counts / counts.sum()
+        ordered = np.sort(shares)[::-1]
+        above = np.arange(1, k + 1)
+        lam = np.cumsum(ordered) / (1.0 - (k - above) * floor)
+        following = np.append(ordered[1:], 0.0)
+        # The first j where the next count falls to the floor (j = k always qualifies).
+        j = int(np.argmax((following <= floor * lam) | (above == k)))
+        q = np.maximum(floor, shares / lam[j])
+        p = (q - floor) / (self.p_keep - floor)
+        return p / p.sum()
+
     def draw_reports(self, users: np.ndarray, generator: np.random.Generator) -> np.ndarray:
         """Report counts of ``users[x]`` users of each category ``x``, drawn through the
         mechanism: each keeps its category with probability ``p_keep``, else reports one of the

@@ -122,6 +122,10 @@ KRR_REPORTS_CHECK_MAX_WORK = 250_000_000
 # k-RR keeps the report shares only where they are the closer by this many standard errors
 # of the surveys' differences (their total variations are noisier than a grid's transport).
 KRR_REPORTS_CHECK_MARGIN = 2.0
+# Where k-RR's empirical Bayes takes its posterior means alone, the maximum-likelihood shares
+# replace them where they are the closer by this many standard errors on surveys simulated with
+# the spread the reports measure (KRRCheckedAgainstReports; None: not checked, as before).
+KRR_LIKELIHOOD_CHECK_MARGIN: float | None = 2.0
 
 
 def project_to_simplex(v: np.ndarray) -> np.ndarray:
@@ -804,7 +808,7 @@ class _CheckedAgainstReports:
     def _settle(self, counts: np.ndarray, channel, fitted) -> None:
         """``frequencies_`` and the rest from ``check_``: the report shares where it kept
         them, else ``fitted``'s estimate."""
-        self.kept_reports_ = self.check_ is not None and self.check_.keeps_reports
+        self.kept_reports_ = self.check_ is not None and self.check_.rival_wins
         self.frequencies_ = counts / counts.sum() if self.kept_reports_ else fitted.frequencies_
         self.log_likelihood_ = log_likelihood(counts, channel.forward(self.frequencies_))
         self.warnings_ = list(fitted.warnings_)
@@ -888,27 +892,27 @@ class GridIBU(_CheckedAgainstReports):
 
 @dataclass(frozen=True)
 class ReportsCheck:
-    """An estimate against the raw report shares on surveys simulated from it
+    """An estimate against a rival, by default the raw report shares, on surveys simulated
     (:func:`check_against_reports`): the mean distances of each to the surveys' users, the
-    standard error of their mean difference, and the margin the report shares had to win by
-    (in standard errors)."""
+    standard error of their mean difference, and the margin the rival had to win by (in
+    standard errors)."""
 
     surveys: int
     estimate: float
-    reports: float
+    rival: float
     se: float
     margin: float
 
     @property
-    def keeps_reports(self) -> bool:
-        return self.estimate - self.reports > self.margin * self.se
+    def rival_wins(self) -> bool:
+        return self.estimate - self.rival > self.margin * self.se
 
     def describe(self, estimate: str, unit: str, measure: str) -> str:
         """The ``estimator`` text of an estimate that kept the report shares."""
         return (
             f"the raw report shares: in {self.surveys} surveys simulated from {estimate}, they "
             f"were closer to the users' own {unit} than that estimate ({measure} of "
-            f"{self.reports:.3g} against {self.estimate:.3g})"
+            f"{self.rival:.3g} against {self.estimate:.3g})"
         )
 
 
@@ -940,16 +944,17 @@ def check_against_reports(
     surveys: int = REPORTS_CHECK_SURVEYS,
     seed: int = 0,
     margin: float = 0.0,
+    rival=None,
 ) -> ReportsCheck:
-    """``estimate`` against the raw report shares, where the two are judged: against the users
-    who reported.
+    """``estimate`` against the raw report shares (or ``rival``), where the two are judged:
+    against the users who reported.
 
     ``surveys`` surveys are simulated from ``estimate`` (as many users as reports drawn from it,
     each user's report through ``channel.draw_reports``); on each, ``refit(reports)`` (the
-    estimator, its regularisation replayed or run again) and the survey's report shares are
-    scored by ``distance(fits, users)`` (both as rows, against the users' shares). The surveys
-    run on the estimate's threads, each from its own seed, so the result does not depend on
-    them.
+    estimator, its regularisation replayed or run again) and the survey's report shares, or
+    ``rival(reports)``, are scored by ``distance(fits, users)`` (both as rows, against the
+    users' shares). The surveys run on the estimate's threads, each from its own seed, so the
+    result does not depend on them.
     """
     n = round(float(counts.sum()))
     shares = np.clip(estimate, 0.0, None)
@@ -960,7 +965,8 @@ def check_against_reports(
         generator = np.random.default_rng([seed, index])
         users = generator.multinomial(n, shares)
         reports = channel.draw_reports(users, generator)
-        return distance(np.stack([refit(reports), reports / n]), users / n)
+        second = reports / n if rival is None else rival(reports)
+        return distance(np.stack([refit(reports), second]), users / n)
 
     alone = not channel.steps_run_in_parallel
     scores = np.asarray(parallel.map_ordered(survey, range(surveys), alone=alone))
@@ -971,18 +977,27 @@ def check_against_reports(
 
 class KRRCheckedAgainstReports(_CheckedAgainstReports):
     """k-RR's default over three categories or more (empirical Bayes, or the posterior median
-    at a high epsilon), or the raw report shares where surveys simulated from it find those
-    the closer to the users by :data:`KRR_REPORTS_CHECK_MARGIN` standard errors in total
-    variation (:func:`check_against_reports`; the estimator is run again on each survey,
-    where the estimate can afford it: :func:`affordable_check`,
-    :data:`KRR_REPORTS_CHECK_MAX_WORK`).
-    Where near-uniform shares are measured finely, the fitted prior can pool shares that the
-    reports had told apart.
+    at a high epsilon), checked on surveys simulated (:func:`check_against_reports`; the
+    estimators run again on each, where the estimate can afford it: :func:`affordable_check`,
+    :data:`KRR_REPORTS_CHECK_MAX_WORK`):
+
+    * where empirical Bayes takes its posterior means alone (the prior is clearly supported),
+      against the maximum-likelihood shares (:meth:`KRRChannel.maximum_likelihood`), on
+      surveys from :func:`measured_spread`: with few categories and strong signal the prior
+      fitted to a handful of counts pools shares the reports tell apart;
+    * else against the raw report shares, on surveys simulated from the estimate: where
+      near-uniform shares are measured finely, the fitted prior can pool shares that the
+      reports had told apart.
+
+    Either rival is taken where its mean total variation to the surveys' users is the smaller
+    by :data:`KRR_LIKELIHOOD_CHECK_MARGIN` or :data:`KRR_REPORTS_CHECK_MARGIN` standard errors.
 
     Attributes
     ----------
     frequencies_, n_iter_ and converged_ (None), log_likelihood_, warnings_, inner_ (the fitted
-    estimator), check_ (a :class:`ReportsCheck`, or None: not checked), kept_reports_.
+    estimator), likelihood_check_ (a :class:`ReportsCheck` of the maximum-likelihood shares,
+    or None: not run), took_likelihood_, check_ (a :class:`ReportsCheck` of the raw shares, or
+    None: not checked), kept_reports_.
     """
 
     UNIT, MEASURE = "answers", "a mean total variation"
@@ -995,36 +1010,91 @@ class KRRCheckedAgainstReports(_CheckedAgainstReports):
         counts = report_counts(counts, channel)
         with budget.metered() as fit_work:
             self.inner_ = self.make().fit(counts, channel)
-        self.check_ = None
+        self.check_ = self.likelihood_check_ = None
         n = round(float(counts.sum()))
-        if n >= 1:
 
-            def refit(reports: np.ndarray) -> np.ndarray:
-                return self.make().fit(reports, channel).frequencies_
+        def refit(reports: np.ndarray) -> np.ndarray:
+            return self.make().fit(reports, channel).frequencies_
 
-            def distance(fits: np.ndarray, users: np.ndarray) -> np.ndarray:
-                return 0.5 * np.abs(fits - users).sum(axis=-1)
-
-            self.check_ = affordable_check(
+        def check(start: np.ndarray, margin: float, rival=None) -> ReportsCheck | None:
+            # A survey's users and reports (a unit per user) and the estimator's refit; either
+            # rival costs next to nothing.
+            return affordable_check(
                 self.surveys * (n + fit_work()),
                 KRR_REPORTS_CHECK_MAX_WORK,
                 lambda: check_against_reports(
                     counts,
                     channel,
-                    self.inner_.frequencies_,
+                    start,
                     refit,
-                    distance,
+                    total_variations,
                     surveys=self.surveys,
                     seed=self.seed,
-                    margin=KRR_REPORTS_CHECK_MARGIN,
+                    margin=margin,
+                    rival=rival,
                 ),
             )
-        self._settle(counts, channel, self.inner_)
+
+        margin = KRR_LIKELIHOOD_CHECK_MARGIN
+        supported = isinstance(self.inner_, KRREmpiricalBayes) and self.inner_.weight_ == 1.0
+        if n >= 1 and supported and margin is not None:
+            likelihood = channel.maximum_likelihood(counts)
+            world = measured_spread(counts, channel, likelihood)
+            # Where the reports measure no spread, surveys of equal shares: pooling wins.
+            if np.ptp(world) > 0.0:
+                self.likelihood_check_ = check(world, margin, channel.maximum_likelihood)
+        self.took_likelihood_ = (
+            self.likelihood_check_ is not None and self.likelihood_check_.rival_wins
+        )
+        fitted = self.inner_
+        if self.took_likelihood_:
+            fitted = _Fitted(likelihood, list(self.inner_.warnings_))
+        elif n >= 1:
+            self.check_ = check(self.inner_.frequencies_, KRR_REPORTS_CHECK_MARGIN)
+        self._settle(counts, channel, fitted)
         self.n_iter_ = self.converged_ = None
         return self
 
     def describe(self) -> str:
+        check = self.likelihood_check_
+        if check is not None and check.rival_wins:
+            return (
+                "maximum likelihood (the shares that make the reports most likely): in "
+                f"{check.surveys} surveys simulated with the spread of shares the reports measure, "
+                f"it was closer to the users' own answers than {self.inner_.describe()} (a mean "
+                f"total variation of {check.rival:.3g} against {check.estimate:.3g})"
+            )
         return self._described(self.inner_.describe())
+
+
+@dataclass(frozen=True)
+class _Fitted:
+    """An estimate chosen in place of a fitted estimator's: what :meth:`_settle` reads."""
+
+    frequencies_: np.ndarray
+    warnings_: list[str]
+
+
+def total_variations(fits: np.ndarray, users: np.ndarray) -> np.ndarray:
+    """Each row of ``fits`` against ``users``' shares."""
+    return 0.5 * np.abs(fits - users).sum(axis=-1)
+
+
+def measured_spread(counts: np.ndarray, channel: KRRChannel, shares: np.ndarray) -> np.ndarray:
+    """``shares`` (k-RR's maximum-likelihood ones) drawn towards equal shares until their
+    spread is what the reports measure: their squared distance from equal shares less the
+    unbiased inversion's variance, the positive-part James-Stein factor. Surveys simulated
+    from the maximum-likelihood shares themselves carry the counts' noise as spread, which
+    favours those shares (they were taken over 1,000 categories, where pooling is far better);
+    where the reports carry little signal these are nearly equal shares."""
+    n, k = counts.sum(), counts.size
+    observed = counts / n
+    excess = channel.p_keep - channel.p_other
+    noise = float(np.sum(observed * (1.0 - observed))) / (n * excess**2)
+    apart = shares - 1.0 / k
+    spread = float(apart @ apart)
+    factor = max(0.0, 1.0 - noise / spread) if spread > 0.0 else 0.0
+    return 1.0 / k + factor * apart
 
 
 def raw_report_weight(counts: np.ndarray, channel, estimate: np.ndarray, replay) -> float:

@@ -1,6 +1,7 @@
 """An estimate against the raw report shares on surveys simulated from it
 (estimators.check_against_reports): on a grid for IBU (GridIBU, by a transport distance), over
-three k-RR categories or more for the default (KRRCheckedAgainstReports, by total variation)."""
+three k-RR categories or more for the default (KRRCheckedAgainstReports, by total variation),
+where k-RR's empirical Bayes is also checked against the maximum-likelihood shares."""
 
 from __future__ import annotations
 
@@ -10,14 +11,17 @@ import numpy as np
 import pytest
 
 from aggregator.estimation import budget, channel_for, estimators
+from aggregator.estimation.channels import log_likelihood
 from aggregator.estimation.compute import estimate
 from aggregator.estimation.estimators import (
+    IBU,
     KRR_REPORTS_CHECK_MARGIN,
     GridIBU,
     KRRCheckedAgainstReports,
     ReportsCheck,
     cross_validated_ibu,
     default_estimator,
+    measured_spread,
 )
 from aggregator.estimation.transport import dyadic_transport
 from scripts.bench_estimators import krr_case
@@ -88,7 +92,7 @@ def test_ibu_is_kept_where_it_is_the_better_estimate():
     counts, _ = case.reports(600)
     fitted = cross_validated_ibu(channel).fit(counts, channel)
     assert isinstance(fitted, GridIBU) and fitted.check_ is not None
-    assert fitted.check_.estimate < 0.7 * fitted.check_.reports and not fitted.kept_reports_
+    assert fitted.check_.estimate < 0.7 * fitted.check_.rival and not fitted.kept_reports_
     assert fitted.check_.margin == 0.0
     np.testing.assert_array_equal(fitted.frequencies_, fitted.ibu_.frequencies_)
     assert fitted.n_iter_ == fitted.ibu_.n_iter_ > 1
@@ -134,10 +138,10 @@ def test_drawn_k_rr_reports_follow_the_channel():
 
 
 def test_the_report_shares_must_win_by_the_margin():
-    check = ReportsCheck(surveys=16, estimate=0.012, reports=0.010, se=0.001, margin=2.0)
-    assert not check.keeps_reports  # closer by 2 standard errors, not more
-    assert ReportsCheck(16, 0.0121, 0.010, 0.001, 2.0).keeps_reports
-    assert ReportsCheck(16, 0.0101, 0.010, 0.001, 0.0).keeps_reports
+    check = ReportsCheck(surveys=16, estimate=0.012, rival=0.010, se=0.001, margin=2.0)
+    assert not check.rival_wins  # closer by 2 standard errors, not more
+    assert ReportsCheck(16, 0.0121, 0.010, 0.001, 2.0).rival_wins
+    assert ReportsCheck(16, 0.0101, 0.010, 0.001, 0.0).rival_wins
 
 
 def test_k_rr_keeps_the_report_shares_where_the_prior_pools_shares_they_told_apart(monkeypatch):
@@ -167,7 +171,7 @@ def test_k_rr_keeps_its_estimate_where_it_is_the_better_one():
     channel = channel_for(case.mechanism)
     counts, _ = case.reports(600)
     fitted = default_estimator(channel).fit(counts, channel)
-    assert not fitted.kept_reports_ and fitted.check_.estimate < 0.3 * fitted.check_.reports
+    assert not fitted.kept_reports_ and fitted.check_.estimate < 0.3 * fitted.check_.rival
     np.testing.assert_array_equal(fitted.frequencies_, fitted.inner_.frequencies_)
     assert fitted.describe() == fitted.inner_.describe()
     result = estimate(case.mechanism, counts)
@@ -213,3 +217,96 @@ def test_a_check_that_costs_more_than_expected_is_left_and_the_estimate_comes_ba
     assert fitted.check_ is None and not fitted.kept_reports_
     np.testing.assert_array_equal(fitted.frequencies_, fitted.inner_.frequencies_)
     assert fitted.frequencies_[0] > 0.999
+
+
+def test_k_rr_maximum_likelihood_is_where_ibu_converges():
+    """The closed form on 60 random k-RR surveys (3-40 categories, epsilon 0.3-5, 20-5,000
+    reports, sparse truths): shares on the simplex, optimal by the Karush-Kuhn-Tucker
+    conditions (the log-likelihood's slope ``c_x / q_x`` the same on every share above 0 and
+    no larger on those at 0; the likelihood is concave, so that is its maximum), and never
+    less likely than IBU after 100,000 steps (which creeps towards shares at 0)."""
+    generator = np.random.default_rng(1)
+    for _ in range(60):
+        k = int(generator.integers(3, 41))
+        channel = channel_for(
+            KRR(epsilon=float(generator.uniform(0.3, 5.0)), domain=[str(i) for i in range(k)])
+        )
+        users = generator.multinomial(
+            int(generator.integers(20, 5001)), generator.dirichlet(np.full(k, 0.3))
+        )
+        counts = channel.draw_reports(users, generator)
+        closed = channel.maximum_likelihood(counts)
+        converged = IBU(max_iter=100_000, tol=1e-13).fit(counts, channel).frequencies_
+        assert closed.min() >= 0.0 and closed.sum() == pytest.approx(1.0, abs=1e-12)
+        gained = log_likelihood(counts, channel.forward(closed)) - log_likelihood(
+            counts, channel.forward(converged)
+        )
+        assert gained >= -1e-9
+        slope = counts / channel.forward(closed)
+        inside = closed > 0
+        np.testing.assert_allclose(slope[inside], slope[inside].max(), rtol=1e-9)
+        assert np.all(slope[~inside] <= slope[inside].max() * (1 + 1e-9))
+
+
+def test_surveys_for_the_likelihood_check_have_the_spread_the_reports_measure():
+    channel = channel_for(KRR(epsilon=2.0, domain=[f"c{i}" for i in range(4)]))
+    flat = np.array([250.0, 251.0, 249.0, 250.0])
+    world = measured_spread(flat, channel, channel.maximum_likelihood(flat))
+    np.testing.assert_array_equal(world, np.full(4, 0.25))
+    sharp = np.array([7000.0, 2000.0, 600.0, 400.0])
+    likelihood = channel.maximum_likelihood(sharp)
+    world = measured_spread(sharp, channel, likelihood)
+    # Drawn towards equal shares by a factor just under 1: the noise is small beside the spread.
+    apart, measured = likelihood - 0.25, world - 0.25
+    factor = float(measured @ apart / (apart @ apart))
+    np.testing.assert_allclose(measured, factor * apart)
+    assert 0.99 < factor < 1.0 and world.sum() == pytest.approx(1.0)
+
+
+def test_k_rr_takes_the_maximum_likelihood_shares_where_the_prior_pools_few_categories(
+    monkeypatch,
+):
+    """Zipf(1.1) over 10 categories at epsilon 2, 10,000 users: the prior fitted to ten counts
+    pools shares the reports tell apart; the maximum-likelihood shares were closer to the users
+    in the seeds where surveys simulated with the measured spread said so."""
+    case = krr_case("zipf", 10, 2.0, 10_000)
+    channel = channel_for(case.mechanism)
+    for seed in (300, 301, 304):
+        counts, truth = case.reports(seed)
+        fitted = default_estimator(channel).fit(counts, channel)
+        assert fitted.took_likelihood_ and fitted.check_ is None and not fitted.kept_reports_
+        assert fitted.likelihood_check_.margin == estimators.KRR_LIKELIHOOD_CHECK_MARGIN
+        np.testing.assert_array_equal(fitted.frequencies_, channel.maximum_likelihood(counts))
+        assert case.error(truth, fitted.frequencies_) < 0.85 * case.error(
+            truth, fitted.inner_.frequencies_
+        )
+        assert fitted.describe().startswith("maximum likelihood (the shares that make the")
+        assert "than empirical Bayes: posterior means" in fitted.describe()
+    result = estimate(case.mechanism, counts)
+    assert result.estimator == fitted.describe()
+    np.testing.assert_array_equal(result.frequencies, fitted.frequencies_)
+    assert np.all(result.ci_low <= result.frequencies) and np.all(
+        result.frequencies <= result.ci_high
+    )
+    monkeypatch.setattr(estimators, "KRR_LIKELIHOOD_CHECK_MARGIN", None)
+    unchecked = default_estimator(channel).fit(counts, channel)
+    assert unchecked.likelihood_check_ is None and not unchecked.took_likelihood_
+    np.testing.assert_array_equal(unchecked.frequencies_, unchecked.inner_.frequencies_)
+
+
+def test_k_rr_keeps_empirical_bayes_where_it_pools_many_categories_or_the_prior_is_weak():
+    """Zipf over 1,000 categories at epsilon 2 with 10^5 users (the reports measure no spread
+    beyond their noise: not checked), over 30 at epsilon 2 with 30,000 (checked, kept), and
+    near-uniform shares over 10 at epsilon 0.5 with 500 (the prior not supported: the raw
+    shares' blend, not checked)."""
+    for args, checked in (
+        (("zipf", 1000, 2.0, 100_000), False),
+        (("zipf", 30, 2.0, 30_000), True),
+        (("uniform-ish", 10, 0.5, 500), False),
+    ):
+        case = krr_case(*args)
+        channel = channel_for(case.mechanism)
+        counts, _ = case.reports(600)
+        fitted = default_estimator(channel).fit(counts, channel)
+        assert (fitted.likelihood_check_ is not None) == checked
+        assert not fitted.took_likelihood_ and fitted.check_ is not None
