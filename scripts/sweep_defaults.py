@@ -22,6 +22,12 @@ expectation, better, or not told apart::
     python scripts/sweep_defaults.py geometric --gain-se 0   # without the gain rule past 20 steps
     python scripts/sweep_defaults.py geometric --no-noise-stop   # runs not stopped at the noise
     python scripts/sweep_defaults.py geometric --confirm 1000-1199
+    python scripts/sweep_defaults.py krr --wide --hindsight   # also against hindsight-best IBU
+    python scripts/sweep_defaults.py krr --no-likelihood-check   # k-RR without its MLE check
+
+``--hindsight`` adds, per setting, the median over the seeds of the default's error over
+hindsight-best IBU's (the best of IBU's iterations for that seed, chosen with the truth), and
+counts the settings where that median is above 1.05.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from aggregator.estimation.estimators import (  # noqa: E402
     empirical_bayes,
     posterior_median,
 )
-from scripts.bench_estimators import Case, krr_case, planar_grid  # noqa: E402
+from scripts.bench_estimators import Case, hindsight_best, krr_case, planar_grid  # noqa: E402
 from scripts.benchlib import seed_range  # noqa: E402
 from scripts.measure_stopping import geometric_truths  # noqa: E402
 from shared.mechanisms import Geometric, PlanarLaplace, RandomizedResponse  # noqa: E402
@@ -96,14 +102,19 @@ def settings(mechanism: str, *, wide: bool = False) -> Iterator[Case]:
             yield Case(f"planar city ln {ratio:g} / 100 m, n={n:,}", city, planar, n, grid=grid)
 
 
-def errors(case: Case, seeds: Sequence[int], estimator=default_estimator) -> np.ndarray:
-    """Per seed (rows), the estimate's error and the raw report shares' (columns)."""
+def errors(
+    case: Case, seeds: Sequence[int], estimator=default_estimator, *, hindsight: bool = False
+) -> np.ndarray:
+    """Per seed (rows), the estimate's error and the raw report shares' (columns), and with
+    ``hindsight`` hindsight-best IBU's."""
     channel = channel_for(case.mechanism)
-    table = np.zeros((len(seeds), 2))
+    table = np.zeros((len(seeds), 3 if hindsight else 2))
     for row, seed in enumerate(seeds):
         counts, truth = case.reports(seed)
         fitted = estimator(channel).fit(counts, channel).frequencies_
-        table[row] = case.error(truth, fitted), case.error(truth, counts / counts.sum())
+        table[row, :2] = case.error(truth, fitted), case.error(truth, counts / counts.sum())
+        if hindsight:
+            table[row, 2] = hindsight_best(case, channel, counts, truth)
     return table
 
 
@@ -126,17 +137,21 @@ def seeds_worse(table: np.ndarray) -> int:
 
 
 def sweep(
-    cases: Iterator[Case], seeds: Sequence[int], estimator=default_estimator
+    cases: Iterator[Case],
+    seeds: Sequence[int],
+    estimator=default_estimator,
+    hindsight: list[float] | None = None,
 ) -> tuple[list[Case], int, list[float]]:
     """Print a row per setting; the settings worse than the raw reports, how many settings
     there were, and the ratios of the mean errors (of the settings whose raw reports have an
-    error)."""
+    error). With ``hindsight`` (a list), each setting's median ratio to hindsight-best IBU is
+    printed and appended to it."""
     above: list[Case] = []
     total = 0
     ratios = []
     for case in cases:
-        table = errors(case, seeds, estimator)
-        default_mean, raw_mean = table.mean(axis=0)
+        table = errors(case, seeds, estimator, hindsight=hindsight is not None)
+        default_mean, raw_mean = table[:, :2].mean(axis=0)
         ratio = default_mean / raw_mean if raw_mean > 0 else 1.0
         if raw_mean > 0:
             ratios.append(ratio)
@@ -145,9 +160,14 @@ def sweep(
         total += 1
         if mark:
             above.append(case)
+        best = ""
+        if hindsight is not None:
+            best_ratio = table[:, 0] / np.where(table[:, 2] > 0, table[:, 2], np.nan)
+            hindsight.append(float(np.nanmedian(best_ratio)) if np.any(table[:, 2] > 0) else 1.0)
+            best = f" {hindsight[-1]:.3f} |"
         print(
             f"| {case.name} | {raw_mean:.4g} | {default_mean:.4g} | {ratio:.3f}{mark} "
-            f"| {worse} of {len(seeds)} |",
+            f"| {worse} of {len(seeds)} |{best}",
             flush=True,
         )
     return above, total, ratios
@@ -217,13 +237,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="geometric IBU runs not stopped where they fit the reports within their noise "
         "(estimators.GEOMETRIC_DISCREPANCY_SD set to None, as before it)",
     )
+    parser.add_argument(
+        "--no-likelihood-check",
+        action="store_true",
+        help="k-RR's empirical Bayes never replaced by the maximum-likelihood shares "
+        "(estimators.KRR_LIKELIHOOD_CHECK_MARGIN set to None, as before it)",
+    )
+    parser.add_argument(
+        "--hindsight",
+        action="store_true",
+        help="also the median ratio of each setting's error to hindsight-best IBU's",
+    )
     args = parser.parse_args(argv)
     name = {"default": "default", "ibu": "cross-validated IBU"}.get(args.method, args.method)
+    best = f" {name} / hindsight-best IBU: median |" if args.hindsight else ""
     print(
         f"| setting | raw reports: mean error | {name}: mean error | {name} / raw "
-        "| seeds worse than raw |"
+        f"| seeds worse than raw |{best}"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|" + ("---|" if args.hindsight else ""))
     above: list[Case] = []
     total = 0
     ratios: list[float] = []
@@ -236,13 +268,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"{mechanism}: {error}")
     kept, estimators.GEOMETRIC_GAIN_SE = estimators.GEOMETRIC_GAIN_SE, args.gain_se
     kept_sd = estimators.GEOMETRIC_DISCREPANCY_SD
+    kept_margin = estimators.KRR_LIKELIHOOD_CHECK_MARGIN
     if args.no_noise_stop:
         estimators.GEOMETRIC_DISCREPANCY_SD = None
+    if args.no_likelihood_check:
+        estimators.KRR_LIKELIHOOD_CHECK_MARGIN = None
+    hindsight: list[float] | None = [] if args.hindsight else None
     try:
         for mechanism in args.mechanisms:
-            flagged, count, more = sweep(settings(mechanism, wide=args.wide), args.seeds, estimator)
+            flagged, count, more = sweep(
+                settings(mechanism, wide=args.wide), args.seeds, estimator, hindsight
+            )
             above, total, ratios = above + flagged, total + count, ratios + more
         print(f"\n{len(above)} of {total} settings worse than the raw reports on these seeds (!)")
+        if hindsight:
+            # A median can be 0: the estimate exact where IBU is not (high epsilon, few users).
+            positive = [r for r in hindsight if r > 0]
+            print(
+                f"{sum(r > 1.05 for r in hindsight)} of {len(hindsight)} settings above 1.05 "
+                "times hindsight-best IBU in the median seed; geometric mean of the medians "
+                f"{math.exp(np.mean(np.log(positive))):.3f} (over the {len(positive)} above 0)"
+            )
         if ratios:  # settings whose raw reports have an error
             print(
                 f"largest ratio {max(ratios):.3f}; geometric mean of the ratios "
@@ -257,6 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         estimators.GEOMETRIC_GAIN_SE = kept
         estimators.GEOMETRIC_DISCREPANCY_SD = kept_sd
+        estimators.KRR_LIKELIHOOD_CHECK_MARGIN = kept_margin
     return 0
 
 

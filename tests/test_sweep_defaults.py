@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aggregator.estimation import estimators
-from scripts.bench_estimators import Case
+from aggregator.estimation import channel_for, estimators
+from aggregator.estimation.estimators import default_estimator
+from scripts.bench_estimators import Case, hindsight_best, krr_case
 from scripts.sweep_defaults import MECHANISMS, confirm, main, paired_ratio, settings, sweep
 from shared.mechanisms import RandomizedResponse
 
@@ -99,19 +100,49 @@ def test_the_command_confirms_what_it_marks(capsys):
     assert len(verdicts) == len(marked)
 
 
-def test_the_geometric_sweep_without_the_noise_level_stop(monkeypatch, capsys):
-    """``--no-noise-stop`` sweeps the geometric runs as cross-validation alone stops them, and
-    puts the stop back afterwards."""
+@pytest.mark.parametrize(
+    "mechanism, flag, constant, settings_count",
+    [
+        # Geometric IBU runs stopped by cross-validation alone.
+        ("geometric", "--no-noise-stop", "GEOMETRIC_DISCREPANCY_SD", 72),
+        # k-RR's empirical Bayes never replaced by the maximum-likelihood shares.
+        ("krr", "--no-likelihood-check", "KRR_LIKELIHOOD_CHECK_MARGIN", 72),
+    ],
+)
+def test_a_sweep_without_a_rule_and_the_rule_put_back(
+    monkeypatch, capsys, mechanism, flag, constant, settings_count
+):
+    """The flag sets the rule's module constant to None for the sweep, and puts it back."""
     seen = []
 
-    def fake_sweep(cases, seeds, estimator):
-        seen.append(estimators.GEOMETRIC_DISCREPANCY_SD)
+    def fake_sweep(cases, seeds, estimator, hindsight=None):
+        seen.append(getattr(estimators, constant))
         return [], len(list(cases)), []
 
     monkeypatch.setattr("scripts.sweep_defaults.sweep", fake_sweep)
-    kept = estimators.GEOMETRIC_DISCREPANCY_SD
-    assert main(["geometric", "--no-noise-stop", "--seeds", "606"]) == 0
-    assert main(["geometric", "--seeds", "606"]) == 0
-    assert seen == [None, kept]
-    assert kept == estimators.GEOMETRIC_DISCREPANCY_SD  # put back
-    assert "0 of 72 settings worse" in capsys.readouterr().out
+    kept = getattr(estimators, constant)
+    assert main([mechanism, flag, "--seeds", "606"]) == 0
+    assert main([mechanism, "--seeds", "606"]) == 0
+    assert seen == [None, kept] and kept is not None
+    assert kept == getattr(estimators, constant)  # put back
+    assert f"0 of {settings_count} settings worse" in capsys.readouterr().out
+
+
+def test_the_sweep_against_hindsight_best_ibu(capsys):
+    """``--hindsight``: each setting's median ratio of the default's error to the best of IBU's
+    iterations for that seed, as bench_estimators measures it."""
+    case = krr_case("zipf", 10, 2.0, 10_000)
+    hindsight: list[float] = []
+    sweep(iter([case]), [300, 301, 302], hindsight=hindsight)
+    channel = channel_for(case.mechanism)
+    expected = []
+    for seed in (300, 301, 302):
+        counts, truth = case.reports(seed)
+        fitted = default_estimator(channel).fit(counts, channel).frequencies_
+        expected.append(case.error(truth, fitted) / hindsight_best(case, channel, counts, truth))
+    assert hindsight == [pytest.approx(float(np.median(expected)))]
+    assert capsys.readouterr().out.rstrip().endswith(f"| {hindsight[0]:.3f} |")
+    assert main(["krr", "--hindsight", "--seeds", "600"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith("default / hindsight-best IBU: median |")
+    assert "settings above 1.05 times hindsight-best IBU in the median seed" in out
