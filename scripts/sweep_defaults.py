@@ -24,6 +24,7 @@ expectation, better, or not told apart::
     python scripts/sweep_defaults.py geometric --confirm 1000-1199
     python scripts/sweep_defaults.py krr --wide --hindsight   # also against hindsight-best IBU
     python scripts/sweep_defaults.py krr --no-likelihood-check   # k-RR without its MLE check
+    python scripts/sweep_defaults.py krr-checkins   # k-RR over coarse grids of the SF check-ins
 
 ``--hindsight`` adds, per setting, the median over the seeds of the default's error over
 hindsight-best IBU's (the best of IBU's iterations for that seed, chosen with the truth), and
@@ -52,13 +53,21 @@ from aggregator.estimation.estimators import (  # noqa: E402
     empirical_bayes,
     posterior_median,
 )
-from scripts.bench_estimators import Case, hindsight_best, krr_case, planar_grid  # noqa: E402
+from scripts.bench_estimators import (  # noqa: E402
+    SF_CSV,
+    Case,
+    hindsight_best,
+    krr_case,
+    planar_grid,
+)
 from scripts.benchlib import seed_range  # noqa: E402
 from scripts.measure_stopping import geometric_truths  # noqa: E402
-from shared.mechanisms import Geometric, PlanarLaplace, RandomizedResponse  # noqa: E402
+from shared.geo import Grid  # noqa: E402
+from shared.mechanisms import KRR, Geometric, PlanarLaplace, RandomizedResponse  # noqa: E402
 from simulate.populations import Population  # noqa: E402
+from simulate.reproduce import data_region  # noqa: E402
 
-MECHANISMS = ("krr", "rr", "geometric", "planar")
+MECHANISMS = ("krr", "rr", "geometric", "planar", "krr-checkins")
 # The estimators the sweep can run in place of the default (by the estimate API's method names).
 ESTIMATORS = {
     "default": default_estimator,
@@ -92,6 +101,8 @@ def settings(mechanism: str, *, wide: bool = False) -> Iterator[Case]:
             for shape, truth in geometric_truths(k).items():
                 name = f"geometric k={k} eps={epsilon:g}/unit, n={n:,}, {shape}"
                 yield Case(name, truth, geometric, n)
+    elif mechanism == "krr-checkins":
+        yield from checkin_categories()
     else:
         grid = planar_grid(2000.0, 100.0)
         city = Population.clustered_city(grid, seed=77).probabilities
@@ -100,6 +111,31 @@ def settings(mechanism: str, *, wide: bool = False) -> Iterator[Case]:
         ):
             planar = PlanarLaplace(epsilon=math.log(ratio) / 100, grid=grid)
             yield Case(f"planar city ln {ratio:g} / 100 m, n={n:,}", city, planar, n, grid=grid)
+
+
+def checkin_categories() -> Iterator[Case]:
+    """k-RR over the occupied cells of coarse grids on the SF check-ins (9, 25 and 61 cells of
+    1,000, 600 and 400 m) at epsilon 1, 2 and 4 with 1,000 and 10,000 users drawn from the
+    check-ins: real shares over few categories, without the synthetic truths' ties; none
+    without the data file."""
+    if not SF_CSV.is_file():
+        return
+    region = data_region(SF_CSV)
+    for cell_m in (1000.0, 600.0, 400.0):
+        grid = Grid(region, cell_m)
+        checkins = Population.from_csv_points(SF_CSV, grid)
+        occupied = np.flatnonzero(checkins.probabilities > 0)
+        category = np.full(grid.n_cells, -1)
+        category[occupied] = np.arange(occupied.size)
+        truth = checkins.probabilities[occupied] / checkins.probabilities[occupied].sum()
+        domain = [f"cell {i}" for i in occupied]
+        for epsilon, n in itertools.product((1.0, 2.0, 4.0), (1000, 10_000)):
+            name = (
+                f"SF check-ins k-RR over {occupied.size} cells of {cell_m:g} m "
+                f"eps={epsilon:g}, n={n:,}"
+            )
+            mechanism = KRR(epsilon=epsilon, domain=domain)
+            yield Case(name, truth, mechanism, n, rows=category[checkins.rows])
 
 
 def errors(
@@ -261,7 +297,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ratios: list[float] = []
     estimator = ESTIMATORS[args.method]
     for mechanism in args.mechanisms:
-        channel = channel_for(next(settings(mechanism)).mechanism)
+        first = next(settings(mechanism), None)
+        if first is None:
+            parser.error(f"{mechanism}: needs the SF check-ins at {SF_CSV}")
+        channel = channel_for(first.mechanism)
         try:
             estimator(channel)
         except ValueError as error:

@@ -7,7 +7,7 @@ import pytest
 
 from aggregator.estimation import channel_for, estimators
 from aggregator.estimation.estimators import default_estimator
-from scripts.bench_estimators import Case, hindsight_best, krr_case
+from scripts.bench_estimators import SF_CSV, Case, hindsight_best, krr_case
 from scripts.sweep_defaults import MECHANISMS, confirm, main, paired_ratio, settings, sweep
 from shared.mechanisms import RandomizedResponse
 
@@ -33,7 +33,30 @@ def test_a_setting_worse_than_the_raw_reports_is_flagged_and_counted(capsys):
 def test_every_mechanism_has_settings():
     for mechanism in MECHANISMS:
         names = [case.name for case in settings(mechanism)]
+        if mechanism == "krr-checkins" and not SF_CSV.is_file():
+            assert names == []  # the check-in settings need the data
+            continue
         assert names and len(set(names)) == len(names)
+
+
+@pytest.mark.skipif(not SF_CSV.is_file(), reason=f"needs the SF check-ins at {SF_CSV}")
+def test_k_rr_over_coarse_grids_of_the_check_ins():
+    """Each setting's categories are the occupied cells, its users drawn from the check-ins."""
+    cases = list(settings("krr-checkins"))
+    assert len(cases) == 18
+    assert {case.truth.size for case in cases} == {9, 25, 61}
+    case = cases[0]
+    assert np.all(case.truth > 0) and case.truth.sum() == pytest.approx(1.0)
+    counts, users = case.reports(700)
+    assert counts.sum() == case.n == 1000 and users.size == case.truth.size
+
+
+def test_the_check_in_settings_without_the_data_are_refused(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr("scripts.sweep_defaults.SF_CSV", tmp_path / "missing.csv")
+    with pytest.raises(SystemExit) as exited:
+        main(["krr-checkins", "--seeds", "700"])
+    assert exited.value.code == 2
+    assert "krr-checkins: needs the SF check-ins at" in capsys.readouterr().err
 
 
 def test_the_wide_randomized_response_grid_and_the_ibu_comparison(capsys):
