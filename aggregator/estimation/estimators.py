@@ -1037,19 +1037,23 @@ class KRRCheckedAgainstReports(_CheckedAgainstReports):
 
         margin = KRR_LIKELIHOOD_CHECK_MARGIN
         supported = isinstance(self.inner_, KRREmpiricalBayes) and self.inner_.weight_ == 1.0
+        # Whether a check of the same refits was tried and could not be afforded (too costly
+        # beforehand, or left unfinished): the raw shares' would not be either.
+        unaffordable = False
         if n >= 1 and supported and margin is not None:
             likelihood = channel.maximum_likelihood(counts)
             world = measured_spread(counts, channel, likelihood)
             # Where the reports measure no spread, surveys of equal shares: pooling wins.
             if np.ptp(world) > 0.0:
                 self.likelihood_check_ = check(world, margin, channel.maximum_likelihood)
+                unaffordable = self.likelihood_check_ is None
         self.took_likelihood_ = (
             self.likelihood_check_ is not None and self.likelihood_check_.rival_wins
         )
         fitted = self.inner_
         if self.took_likelihood_:
             fitted = _Fitted(likelihood, list(self.inner_.warnings_))
-        elif n >= 1:
+        elif n >= 1 and not unaffordable:
             self.check_ = check(self.inner_.frequencies_, KRR_REPORTS_CHECK_MARGIN)
         self._settle(counts, channel, fitted)
         self.n_iter_ = self.converged_ = None
@@ -1083,14 +1087,16 @@ def total_variations(fits: np.ndarray, users: np.ndarray) -> np.ndarray:
 def measured_spread(counts: np.ndarray, channel: KRRChannel, shares: np.ndarray) -> np.ndarray:
     """``shares`` (k-RR's maximum-likelihood ones) drawn towards equal shares until their
     spread is what the reports measure: their squared distance from equal shares less the
-    unbiased inversion's variance, the positive-part James-Stein factor. Surveys simulated
-    from the maximum-likelihood shares themselves carry the counts' noise as spread, which
-    favours those shares (they were taken over 1,000 categories, where pooling is far better);
-    where the reports carry little signal these are nearly equal shares."""
+    unbiased inversion's variance (at the report shares ``shares`` predict: the observed ones
+    have no variance where every report is on one category), the positive-part James-Stein
+    factor. Surveys simulated from the maximum-likelihood shares themselves carry the counts'
+    noise as spread, which favours those shares (they were taken over 1,000 categories, where
+    pooling is far better); where the reports carry little signal these are nearly equal
+    shares."""
     n, k = counts.sum(), counts.size
-    observed = counts / n
+    predicted = channel.forward(shares)
     excess = channel.p_keep - channel.p_other
-    noise = float(np.sum(observed * (1.0 - observed))) / (n * excess**2)
+    noise = float(np.sum(predicted * (1.0 - predicted))) / (n * excess**2)
     apart = shares - 1.0 / k
     spread = float(apart @ apart)
     factor = max(0.0, 1.0 - noise / spread) if spread > 0.0 else 0.0

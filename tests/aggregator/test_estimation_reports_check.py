@@ -261,6 +261,15 @@ def test_surveys_for_the_likelihood_check_have_the_spread_the_reports_measure():
     factor = float(measured @ apart / (apart @ apart))
     np.testing.assert_allclose(measured, factor * apart)
     assert 0.99 < factor < 1.0 and world.sum() == pytest.approx(1.0)
+    # Every report on one category at epsilon 0.01: the observed shares have no variance, but
+    # the reports measure nothing, so the surveys have equal shares (and the check is not run).
+    faint = channel_for(KRR(epsilon=0.01, domain=["a", "b", "c"]))
+    piled = np.array([3000.0, 0.0, 0.0])
+    np.testing.assert_allclose(
+        measured_spread(piled, faint, faint.maximum_likelihood(piled)), np.full(3, 1 / 3)
+    )
+    fitted = default_estimator(faint).fit(piled, faint)
+    assert fitted.inner_.weight_ == 1.0 and fitted.likelihood_check_ is None
 
 
 def test_k_rr_takes_the_maximum_likelihood_shares_where_the_prior_pools_few_categories(
@@ -310,3 +319,25 @@ def test_k_rr_keeps_empirical_bayes_where_it_pools_many_categories_or_the_prior_
         fitted = default_estimator(channel).fit(counts, channel)
         assert (fitted.likelihood_check_ is not None) == checked
         assert not fitted.took_likelihood_ and fitted.check_ is not None
+
+
+def test_after_an_unaffordable_likelihood_check_the_raw_shares_are_not_tried(monkeypatch):
+    """Every report on one of 1,000 categories at epsilon 8, 10^7 reports (flooded clients): a
+    survey spreads its reports over hundreds of distinct counts and the refits outrun the
+    check's share of the budget. The check of the raw shares refits the same estimator on as
+    many users; it is not tried once the first was left unfinished (it took as long again)."""
+    channel = channel_for(KRR(epsilon=8.0, domain=[f"c{i}" for i in range(1000)]))
+    counts = np.zeros(1000)
+    counts[0] = 1e7
+    calls = []
+    real = estimators.check_against_reports
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("rival"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(estimators, "check_against_reports", counted)
+    fitted = default_estimator(channel).fit(counts, channel)
+    assert len(calls) == 1 and calls[0] is not None  # the likelihood check, left unfinished
+    assert fitted.likelihood_check_ is None and fitted.check_ is None
+    np.testing.assert_array_equal(fitted.frequencies_, fitted.inner_.frequencies_)
