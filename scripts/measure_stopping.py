@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
+from unittest.mock import patch
 
 import numpy as np
 from scipy.special import expit, logit
@@ -300,7 +301,7 @@ def noise(seeds: range, rows: tuple[tuple[int, float, int], ...] = STARTS_ROWS) 
     )
     print("|---|---|---|---|---|")
     ratios, worst = [], []
-    kept = estimators.GEOMETRIC_DISCREPANCY_SD
+    default_sd = estimators.GEOMETRIC_DISCREPANCY_SD
     for k, epsilon, n in rows:
         mechanism = Geometric(epsilon=epsilon, lo=0, hi=k - 1)
         channel = channel_for(mechanism)
@@ -309,12 +310,9 @@ def noise(seeds: range, rows: tuple[tuple[int, float, int], ...] = STARTS_ROWS) 
             for row, seed in enumerate(seeds):
                 truth, counts = geometric_survey(mechanism, truth_p, n, seed)
                 raw[row] = total_variation(truth, counts / n)
-                for column, sd in enumerate((kept, None)):
-                    estimators.GEOMETRIC_DISCREPANCY_SD = sd
-                    try:
+                for column, sd in enumerate((default_sd, None)):
+                    with patch.object(estimators, "GEOMETRIC_DISCREPANCY_SD", sd):
                         fit = default_estimator(channel).fit(counts, channel).frequencies_
-                    finally:
-                        estimators.GEOMETRIC_DISCREPANCY_SD = kept
                     errors[row, column] = total_variation(truth, fit)
             ratios.append(errors.mean(axis=0) / raw.mean())
             worst.append(np.max(errors / raw[:, None], axis=0))

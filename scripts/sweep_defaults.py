@@ -39,6 +39,7 @@ import math
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from unittest.mock import patch
 
 import numpy as np
 
@@ -307,15 +308,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             estimator(channel)
         except ValueError as error:
             parser.error(f"{mechanism}: {error}")
-    kept, estimators.GEOMETRIC_GAIN_SE = estimators.GEOMETRIC_GAIN_SE, args.gain_se
-    kept_sd = estimators.GEOMETRIC_DISCREPANCY_SD
-    kept_margin = estimators.KRR_LIKELIHOOD_CHECK_MARGIN
+    # The rules' module constants as the flags set them, for this sweep only.
+    rules: dict[str, float | None] = {"GEOMETRIC_GAIN_SE": args.gain_se}
     if args.no_noise_stop:
-        estimators.GEOMETRIC_DISCREPANCY_SD = None
+        rules["GEOMETRIC_DISCREPANCY_SD"] = None
     if args.no_likelihood_check:
-        estimators.KRR_LIKELIHOOD_CHECK_MARGIN = None
+        rules["KRR_LIKELIHOOD_CHECK_MARGIN"] = None
     hindsight: list[float] | None = [] if args.hindsight else None
-    try:
+    with patch.multiple(estimators, **rules):
         for mechanism in args.mechanisms:
             flagged, count, more = sweep(
                 settings(mechanism, wide=args.wide), args.seeds, estimator, hindsight
@@ -341,10 +341,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"\n{beyond} of {len(above)} worse than the raw reports beyond two standard "
                 f"errors on seeds {args.confirm[0]}-{args.confirm[-1]}"
             )
-    finally:
-        estimators.GEOMETRIC_GAIN_SE = kept
-        estimators.GEOMETRIC_DISCREPANCY_SD = kept_sd
-        estimators.KRR_LIKELIHOOD_CHECK_MARGIN = kept_margin
     return 0
 
 

@@ -1047,9 +1047,6 @@ class KRRCheckedAgainstReports(_CheckedAgainstReports):
             if np.ptp(world) > 0.0:
                 self.likelihood_check_ = check(world, margin, channel.maximum_likelihood)
                 unaffordable = self.likelihood_check_ is None
-        self.took_likelihood_ = (
-            self.likelihood_check_ is not None and self.likelihood_check_.rival_wins
-        )
         fitted = self.inner_
         if self.took_likelihood_:
             fitted = _Fitted(likelihood, list(self.inner_.warnings_))
@@ -1058,6 +1055,12 @@ class KRRCheckedAgainstReports(_CheckedAgainstReports):
         self._settle(counts, channel, fitted)
         self.n_iter_ = self.converged_ = None
         return self
+
+    @property
+    def took_likelihood_(self) -> bool:
+        """Whether the estimate is the maximum-likelihood shares (their check found them the
+        closer)."""
+        return self.likelihood_check_ is not None and self.likelihood_check_.rival_wins
 
     def describe(self) -> str:
         check = self.likelihood_check_
