@@ -288,13 +288,20 @@ class KRRChannel(Channel):
 
     def draw_reports(self, users: np.ndarray, generator: np.random.Generator) -> np.ndarray:
         """Report counts of ``users[x]`` users of each category ``x``, drawn through the
-        mechanism: each keeps its category with probability ``p_keep``, else reports one of the
-        ``k - 1`` others uniformly (for simulations of a survey)."""
-        k = self.n_inputs
-        cells = np.repeat(np.arange(k), np.asarray(users, dtype=np.int64))
-        moved = generator.random(cells.size) >= self.p_keep
-        cells[moved] = (cells[moved] + generator.integers(1, k, int(moved.sum()))) % k
-        return np.bincount(cells, minlength=k).astype(float)
+        mechanism (for simulations of a survey), in O(k) whatever the number of users: k-RR is
+        the mixture that reports the true category with probability ``p_keep - p_other`` and
+        otherwise one of all ``k`` uniformly (the true one included), which gives each user's
+        report the channel's law; so the kept users are binomial per category and the others
+        one multinomial over the ``k`` categories."""
+        users = np.asarray(users, dtype=np.int64)
+        kept = generator.binomial(users, self.p_keep - self.p_other)
+        others = int(users.sum() - kept.sum())
+        spread = generator.multinomial(others, np.full(self.n_inputs, 1.0 / self.n_inputs))
+        return (kept + spread).astype(float)
+
+    def draw_work(self, n: int) -> int:
+        """The work units of :meth:`draw_reports` for ``n`` users: a unit per category."""
+        return self.n_inputs
 
     def ibu_steps(self, counts: np.ndarray) -> KRRIBUSteps:
         """IBU steps on every row of ``counts`` at once: compiled loops (three passes over
@@ -534,6 +541,10 @@ class GridKernelChannel(Channel):
         row = np.clip(cells // cols + offsets // width - rows, 0, rows - 1)
         col = np.clip(cells % cols + offsets % width - cols, 0, cols - 1)
         return np.bincount(row * cols + col, minlength=self.n_outputs).astype(float)
+
+    def draw_work(self, n: int) -> int:
+        """The work units of :meth:`draw_reports` for ``n`` users: a unit per user."""
+        return n
 
     @property
     def steps_run_in_parallel(self) -> bool:

@@ -109,15 +109,17 @@ RAW_MIX_MAX_WORK = 20_000_000
 # On a grid (planar Laplace, the exponential mechanism) IBU's estimate, and over three k-RR
 # categories or more the default's, is checked against the raw report shares on this many
 # surveys simulated from it (check_against_reports), where that costs at most this much work:
-# each survey's users and reports drawn (a unit per user) and the estimate refitted on it (on a
-# grid a unit per cell and IBU step, for k-RR a unit per category).
+# each survey's users and reports drawn (on a grid a unit per user, for k-RR a unit per
+# category: the channels' draw_work) and the estimate refitted on it (on a grid a unit per cell
+# and IBU step).
 REPORTS_CHECK_SURVEYS = 16
 REPORTS_CHECK_MAX_WORK = 4_000_000
 # ... for k-RR, where a fit's units are much cheaper (empirical Bayes: a distinct count times an
 # atom per EM step; 16 fits over 1,000 categories with 10^5 reports, 2.2 x 10^8 units, take
-# about 0.1 s): the 16 surveys' users and fits, at most this many units, the fits counted as
+# about 0.1 s): the 16 surveys' draws and fits, at most this many units, the fits counted as
 # the estimate's own cost (budget.metered). Either check also keeps to half of what the
-# estimate's work budget has left.
+# estimate's work budget has left, so that under the service's budget (10^9 units) both
+# checks can run after the fit.
 KRR_REPORTS_CHECK_MAX_WORK = 250_000_000
 # k-RR keeps the report shares only where they are the closer by this many standard errors
 # of the surveys' differences (their total variations are noisier than a grid's transport).
@@ -865,7 +867,7 @@ class GridIBU(_CheckedAgainstReports):
             return dyadic_transport(fits, users, channel.rows, channel.cols)
 
         return affordable_check(
-            self.surveys * (n + self.ibu_.n_iter_ * channel.n_inputs),
+            self.surveys * (channel.draw_work(n) + self.ibu_.n_iter_ * channel.n_inputs),
             REPORTS_CHECK_MAX_WORK,
             lambda: check_against_reports(
                 counts,
@@ -961,7 +963,7 @@ def check_against_reports(
     shares /= shares.sum()
 
     def survey(index: int) -> np.ndarray:
-        budget.charge(n)
+        budget.charge(channel.draw_work(n))
         generator = np.random.default_rng([seed, index])
         users = generator.multinomial(n, shares)
         reports = channel.draw_reports(users, generator)
@@ -1017,10 +1019,10 @@ class KRRCheckedAgainstReports(_CheckedAgainstReports):
             return self.make().fit(reports, channel).frequencies_
 
         def check(start: np.ndarray, margin: float, rival=None) -> ReportsCheck | None:
-            # A survey's users and reports (a unit per user) and the estimator's refit; either
-            # rival costs next to nothing.
+            # A survey's users and reports (a unit per category) and the estimator's refit;
+            # either rival costs next to nothing.
             return affordable_check(
-                self.surveys * (n + fit_work()),
+                self.surveys * (channel.draw_work(n) + fit_work()),
                 KRR_REPORTS_CHECK_MAX_WORK,
                 lambda: check_against_reports(
                     counts,

@@ -137,6 +137,29 @@ def test_drawn_k_rr_reports_follow_the_channel():
     assert channel.draw_reports(users, np.random.default_rng(3)).sum() == users.sum()
 
 
+def test_a_k_rr_survey_is_drawn_per_category_whatever_its_users():
+    """A survey of 10^12 users over 5 categories: drawn user by user it could not be held in
+    memory; per category it follows the channel, and a check's surveys are charged a unit per
+    category, not per user."""
+    channel = channel_for(KRR(epsilon=2.0, domain=[f"c{i}" for i in range(5)]))
+    users = np.array([4, 3, 2, 1, 0]) * 10**11
+    drawn = channel.draw_reports(users, np.random.default_rng(5))
+    assert drawn.sum() == users.sum() and channel.draw_work(int(users.sum())) == 5
+    expected = channel.forward(users / users.sum())
+    sd = np.sqrt(expected * (1 - expected) / users.sum())
+    assert np.all(np.abs(drawn / users.sum() - expected) <= 5 * sd)
+    with budget.metered() as work:
+        estimators.check_against_reports(
+            users.astype(float),
+            channel,
+            users / users.sum(),
+            lambda reports: reports / reports.sum(),
+            estimators.total_variations,
+            surveys=4,
+        )
+    assert work() == 4 * 5
+
+
 def test_the_report_shares_must_win_by_the_margin():
     check = ReportsCheck(surveys=16, estimate=0.012, rival=0.010, se=0.001, margin=2.0)
     assert not check.rival_wins  # closer by 2 standard errors, not more
