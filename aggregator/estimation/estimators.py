@@ -117,10 +117,9 @@ REPORTS_CHECK_MAX_WORK = 4_000_000
 # ... for k-RR, where a fit's units are much cheaper (empirical Bayes: a distinct count times an
 # atom per EM step; 16 fits over 1,000 categories with 10^5 reports, 2.2 x 10^8 units, take
 # about 0.1 s): the 16 surveys' draws and fits, at most this many units, the fits counted as
-# the estimate's own cost (budget.metered). Either check also keeps to half of what the
-# estimate's work budget has left, so that under the service's budget (10^9 units) both
-# checks can run after the fit.
-KRR_REPORTS_CHECK_MAX_WORK = 250_000_000
+# the estimate's own cost (budget.metered); enough for 30 categories with 10^6 reports (3.7 x
+# 10^8). Either check also keeps to half of what the estimate's work budget has left.
+KRR_REPORTS_CHECK_MAX_WORK = 400_000_000
 # k-RR keeps the report shares only where they are the closer by this many standard errors
 # of the surveys' differences (their total variations are noisier than a grid's transport).
 KRR_REPORTS_CHECK_MARGIN = 2.0
