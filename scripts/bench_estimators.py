@@ -167,6 +167,12 @@ def hindsight_best(case: Case, channel, counts: np.ndarray, truth: np.ndarray) -
     return float(ibu_errors(case, channel, counts, truth).min())
 
 
+def to_hindsight(error: float, best: float) -> float:
+    """An error over hindsight-best IBU's; 1 where IBU is exact (then so is any estimate
+    worth comparing)."""
+    return error / best if best > 0 else 1.0
+
+
 def bell(k: int) -> np.ndarray:
     """A discretised normal over the integers ``0..k-1``: mean ``k / 2``, standard deviation
     ``k / 8``, normalised (the spread-out truth of the geometric mechanism's benchmarks)."""
@@ -335,8 +341,7 @@ def run_case(case: Case, seeds: Sequence[int]) -> dict:
         default_error = case.error(truth, fitted.frequencies_)
         raw_error = case.error(truth, counts / counts.sum())
         curves.append(ibu_errors(case, channel, counts, truth))
-        best = curves[-1].min()
-        to_best.append(default_error / best if best > 0 else 1.0)
+        to_best.append(to_hindsight(default_error, curves[-1].min()))
         to_raw.append(default_error / raw_error)
         default_errors.append(default_error)
         raw_errors.append(raw_error)

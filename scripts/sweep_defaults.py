@@ -60,6 +60,7 @@ from scripts.bench_estimators import (  # noqa: E402
     hindsight_best,
     krr_case,
     planar_grid,
+    to_hindsight,
 )
 from scripts.benchlib import seed_range  # noqa: E402
 from scripts.measure_stopping import geometric_truths  # noqa: E402
@@ -199,10 +200,8 @@ def sweep(
             above.append(case)
         best = ""
         if hindsight is not None:
-            # As bench_estimators counts a seed where hindsight-best IBU is exact: 1.
-            exact = table[:, 2] <= 0
-            best_ratio = np.where(exact, 1.0, table[:, 0] / np.where(exact, 1.0, table[:, 2]))
-            hindsight.append(float(np.median(best_ratio)))
+            to_best = [to_hindsight(error, best) for error, best in table[:, [0, 2]]]
+            hindsight.append(float(np.median(to_best)))
             best = f" {hindsight[-1]:.3f} |"
         print(
             f"| {case.name} | {raw_mean:.4g} | {default_mean:.4g} | {ratio:.3f}{mark} "
