@@ -167,6 +167,12 @@ def hindsight_best(case: Case, channel, counts: np.ndarray, truth: np.ndarray) -
     return float(ibu_errors(case, channel, counts, truth).min())
 
 
+def best_fixed(curves: np.ndarray) -> np.ndarray:
+    """Per seed (rows of ``curves``, as from :func:`ibu_errors`), IBU's error at the one
+    checkpoint with the least mean error over the seeds: the best fixed IBU count."""
+    return curves[:, int(np.argmin(curves.mean(axis=0)))]
+
+
 def to_hindsight(error: float, best: float) -> float:
     """An error over hindsight-best IBU's; 1 where IBU is exact (then so is any estimate
     worth comparing)."""
@@ -346,9 +352,7 @@ def run_case(case: Case, seeds: Sequence[int]) -> dict:
         default_errors.append(default_error)
         raw_errors.append(raw_error)
         iterations.append(fitted.n_iter_)
-    # One iteration count for every seed, the one with the least mean error.
-    curve = np.stack(curves)
-    fixed = curve[:, int(np.argmin(curve.mean(axis=0)))]
+    fixed = best_fixed(np.stack(curves))
     to_fixed = np.asarray(default_errors) / np.where(fixed > 0, fixed, np.nan)
     return {
         "case": case,

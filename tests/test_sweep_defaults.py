@@ -7,8 +7,16 @@ import pytest
 
 from aggregator.estimation import channel_for, estimators
 from aggregator.estimation.estimators import default_estimator
-from scripts.bench_estimators import SF_CSV, Case, hindsight_best, krr_case
-from scripts.sweep_defaults import MECHANISMS, confirm, main, paired_ratio, settings, sweep
+from scripts.bench_estimators import SF_CSV, Case, hindsight_best, ibu_errors, krr_case
+from scripts.sweep_defaults import (
+    MECHANISMS,
+    Yardsticks,
+    confirm,
+    main,
+    paired_ratio,
+    settings,
+    sweep,
+)
 from shared.mechanisms import RandomizedResponse
 
 
@@ -151,21 +159,43 @@ def test_a_sweep_without_a_rule_and_the_rule_put_back(
     assert f"0 of {settings_count} settings worse" in capsys.readouterr().out
 
 
-def test_the_sweep_against_hindsight_best_ibu(capsys):
+def test_the_sweep_against_hindsight_best_ibu_and_the_best_fixed_count(capsys):
     """``--hindsight``: each setting's median ratio of the default's error to the best of IBU's
-    iterations for that seed, as bench_estimators measures it."""
+    iterations for that seed, as bench_estimators measures it, and its median and worst ratio
+    to IBU at the one iteration count with the least mean error over the seeds."""
     case = krr_case("zipf", 10, 2.0, 10_000)
-    hindsight: list[float] = []
-    sweep(iter([case]), [300, 301, 302], hindsight=hindsight)
+    seeds = (300, 301, 302)
+    hindsight: list[Yardsticks] = []
+    sweep(iter([case]), seeds, hindsight=hindsight)
     channel = channel_for(case.mechanism)
-    expected = []
-    for seed in (300, 301, 302):
+    defaults, curves = [], []
+    for seed in seeds:
         counts, truth = case.reports(seed)
         fitted = default_estimator(channel).fit(counts, channel).frequencies_
-        expected.append(case.error(truth, fitted) / hindsight_best(case, channel, counts, truth))
-    assert hindsight == [pytest.approx(float(np.median(expected)))]
-    assert capsys.readouterr().out.rstrip().endswith(f"| {hindsight[0]:.3f} |")
-    assert main(["krr", "--hindsight", "--seeds", "600"]) == 0
+        defaults.append(case.error(truth, fitted))
+        curves.append(ibu_errors(case, channel, counts, truth))
+    curve = np.array(curves)
+    assert curve.min(axis=1) == pytest.approx(
+        [hindsight_best(case, channel, *case.reports(s)) for s in seeds]
+    )
+    to_best = np.array(defaults) / curve.min(axis=1)
+    column = int(np.argmin(curve.mean(axis=0)))
+    to_fixed = np.array(defaults) / curve[:, column]
+    # The fixed count is one column for every seed: no better than each seed's own best.
+    assert np.all(to_fixed <= to_best + 1e-12)
+    (yardsticks,) = hindsight
+    assert yardsticks.best == pytest.approx(float(np.median(to_best)))
+    assert yardsticks.fixed == pytest.approx(float(np.median(to_fixed)))
+    assert yardsticks.fixed_worst == pytest.approx(float(to_fixed.max()))
+    row = capsys.readouterr().out.rstrip()
+    assert row.endswith(
+        f"| {yardsticks.best:.3f} | {yardsticks.fixed:.3f}, {yardsticks.fixed_worst:.3f} |"
+    )
+    assert main(["krr", "--hindsight", "--seeds", "600-601"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].endswith("default / hindsight-best IBU: median |")
+    assert out.splitlines()[0].endswith(
+        "default / hindsight-best IBU: median | default / best fixed IBU count: median, "
+        "worst seed |"
+    )
     assert "settings above 1.05 times hindsight-best IBU in the median seed" in out
+    assert "settings above 1.05 times the best fixed IBU count in the median seed" in out
