@@ -225,8 +225,8 @@ def sweep(
             above.append(case)
         best = ""
         if hindsight is not None:
-            hindsight.append(Yardsticks.of(table))
-            yardsticks = hindsight[-1]
+            yardsticks = Yardsticks.of(table)
+            hindsight.append(yardsticks)
             best = (
                 f" {yardsticks.best:.3f} | {yardsticks.fixed:.3f}, {yardsticks.fixed_worst:.3f} |"
             )
