@@ -245,9 +245,22 @@ def report_start(counts: np.ndarray) -> np.ndarray:
 
 
 def steps_on_rows(channel, counts: np.ndarray, count: int, start: str = "uniform") -> np.ndarray:
-    """``count`` IBU steps from ``start`` on each row of ``counts`` (a channel whose products
-    act by row), side by side, :data:`SIDE_BY_SIDE_VALUES` values at a time; every row runs
-    all ``count`` steps (no early stop at convergence). Returns the estimates as rows."""
+    """``count`` IBU steps from ``start`` on each row of ``counts``; every row runs all
+    ``count`` steps (no early stop at convergence). Returns the estimates as rows.
+
+    Where the channel's products act by row the rows run side by side in one set of steps,
+    :data:`SIDE_BY_SIDE_VALUES` values at a time; otherwise one row at a time, on the threads
+    the estimate may use.
+    """
+    if not channel.products_by_row:
+
+        def one(row: np.ndarray) -> np.ndarray:
+            steps = _steps(channel, row, start)
+            advance_charged(steps, count, 0.0, channel.n_inputs)
+            return steps.p.copy()  # a channel's own steps may keep their buffers
+
+        fitted = parallel.map_ordered(one, counts, alone=not channel.steps_run_in_parallel)
+        return np.asarray(fitted)
     rows = max(1, SIDE_BY_SIDE_VALUES // channel.n_inputs)
     fits = []
     for part in np.split(counts, range(rows, counts.shape[0], rows)):
