@@ -15,7 +15,7 @@ Configurations (default run, a few minutes on 2 cores):
   0.5, 1, 2 and 4, n = 10^3 .. 10^6;
 * planar Laplace on a synthetic clustered city (8 Gaussian hotspots over a
   10% uniform background) on 20 x 20 and 64 x 64 grids of 100 and 150 m cells,
-  epsilon ln 2 and ln 4 per 100 m, n = 10^3 .. 10^5;
+  epsilon ln 2 and ln 4 per 100 m, n = 10^3 .. 10^5, and on the 64 x 64 grids 10^6;
 * planar Laplace on a spiky synthetic city (40 hotspots of 20-60 m over a 2%
   background: check-ins' shape without the data) on 20 x 20 cells of 150 m,
   epsilon ln 2 and ln 4 per 100 m, n = 10^3 .. 10^5;
@@ -55,7 +55,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -172,6 +172,16 @@ def spiky_city_configs(quick: bool) -> Iterator[Config]:
         for n in (1_000, 10_000, 100_000):
             family = "planar, 20 x 20, spiky city"
             yield Config(family, f"150 m cells, ln {level} / 100 m", mechanism, truth, n)
+
+
+def million_report_configs(quick: bool) -> Iterator[Config]:
+    """The 64 x 64 clustered city's settings from 10^6 reports (after the others, so that
+    their rows keep their seeds)."""
+    if quick:
+        return
+    for config in planar_configs(quick):
+        if config.family.startswith("planar, 64 x 64") and config.n == 100_000:
+            yield replace(config, n=10**6)
 
 
 def exponential_grid_configs(quick: bool) -> Iterator[Config]:
@@ -364,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     configs += [(c, PLANAR_TRIALS) for c in exponential_grid_configs(args.quick)]
     configs += [(c, KRR_TRIALS) for c in geometric_configs(args.quick)]
     configs += [(c, PLANAR_TRIALS) for c in spiky_city_configs(args.quick)]
+    configs += [(c, PLANAR_TRIALS) for c in million_report_configs(args.quick)]
     if args.quick:
         configs = [(config, 3) for config, _ in configs]
     # Each configuration's seed is its place in the whole list, so that --only gives the rows
