@@ -241,12 +241,13 @@ def confidence_interval(
         )
 
         grid = isinstance(channel, GridKernelChannel)
-
         # On the geometric mechanism and on grids, the reference fit's own noise is measured
         # on the replicates and taken out of the distance, if that is cheap enough.
+        noise_measurable = channel.products_by_row or grid
+
         def measures_noise() -> bool:
             work = replicates * fitted_reference().steps * channel.n_inputs
-            return (channel.products_by_row or grid) and work <= REFERENCE_NOISE_MAX_WORK
+            return noise_measurable and work <= REFERENCE_NOISE_MAX_WORK
 
         def reference_noise(redrawn: np.ndarray) -> np.ndarray | None:
             if not measures_noise():
@@ -265,7 +266,7 @@ def confidence_interval(
             replicates=replicates,
             seed=seed,
             reference=lambda: fitted_reference().fit,
-            reference_noise=reference_noise,
+            reference_noise=reference_noise if noise_measurable else None,
             refit_rows=refit_rows,
             world=fitted_reference().fit if reference_world else None,
         )
