@@ -16,6 +16,7 @@ reports of output ``y``; ``channel`` is a :class:`channels.Channel`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -95,6 +96,9 @@ GEOMETRIC_BEYOND_NOISE_SE = 2.0
 # level with the best (within a few thousandths of a nat on the SF check-ins) and then creep up
 # for thousands of iterations towards the noisy maximum-likelihood fit.
 GRID_REGAIN_SE = 1.0
+# On a grid, cross-validation's count is scaled to all the reports by how the choice grows
+# from 2 folds (half the reports) to the 10 (nine tenths): IBU.extrapolate_from.
+GRID_EXTRAPOLATE_FROM = 2
 # IBU started from the report shares starts an unreported value at this share (before
 # renormalising): IBU's steps multiply, so a share of 0 would stay 0.
 REPORT_START_FLOOR = 1e-12
@@ -382,6 +386,23 @@ def _next_checkpoint(iteration: int) -> int:
     return iteration + max(1, iteration // 20)
 
 
+def extrapolated_count(chosen: int, smaller: int, folds: int, smaller_folds: int) -> int:
+    """An iteration count chosen by cross-validation on ``folds`` folds (trained on
+    ``1 - 1 / folds`` of the reports), scaled to all the reports.
+
+    The count grows with the reports as a power of them, ``t ~ n^a``, estimated from the
+    choice on ``smaller_folds`` folds (smaller training sets), ``a`` held to [0, 1]: a count
+    that does not grow is kept, and none grows faster than the reports. Rounded, never below
+    ``chosen``."""
+    share, smaller_share = 1 - 1 / folds, 1 - 1 / smaller_folds
+    if smaller <= 0 or chosen <= 0:
+        factor = 1 / share if chosen > 0 else 1.0
+    else:
+        power = math.log(chosen / smaller) / math.log(share / smaller_share)
+        factor = share ** -min(max(power, 0.0), 1.0)
+    return max(chosen, math.floor(chosen * factor + 0.5))
+
+
 class IBU:
     """The Iterative Bayesian Update (EM for the maximum-likelihood distribution).
 
@@ -450,6 +471,11 @@ class IBU:
         held-out score at cross-validation's count must gain on the one at the count within
         the noise for the run to go on to it.
     start : {"uniform", "reports"}
+    extrapolate_from : int or None
+        Cross-validation chooses the count for ``(folds - 1) / folds`` of the reports, and
+        the count IBU needs grows with the reports. With this many folds (fewer: smaller
+        training sets) the choice is made again, and ``folds``' choice is scaled to all the
+        reports by the growth between the two (:func:`extrapolated_count`); ``None``: not.
 
     Attributes
     ----------
@@ -458,6 +484,7 @@ class IBU:
     cv_iterations_ and cv_scores_ (the checkpoints and their summed held-out
     scores, ``stopping="cv"`` only), cv_score_ (the chosen count's, or None),
     cv_n_iter_ (the count cross-validation chose, before ``discrepancy_sd``, or None),
+    cv_smaller_n_iter_ (``extrapolate_from``'s choice, or None),
     within_noise_ (whether the run stopped sooner, where its fit was within the noise),
     warnings_ (human-readable strings).
     """
@@ -466,6 +493,7 @@ class IBU:
     cv_iterations_: np.ndarray | None
     cv_scores_: np.ndarray | None
     cv_score_: float | None
+    cv_smaller_n_iter_: int | None
     warnings_: list[str]
 
     def __init__(
@@ -483,6 +511,7 @@ class IBU:
         discrepancy_sd: float | None = None,
         beyond_noise_se: float = 2.0,
         start: str = "uniform",
+        extrapolate_from: int | None = None,
     ):
         if stopping not in STOPPING:
             raise ValueError(f"stopping must be one of {STOPPING}, got {stopping!r}")
@@ -504,6 +533,10 @@ class IBU:
             raise ValueError(f"beyond_noise_se must be finite and >= 0, got {beyond_noise_se!r}")
         if start not in STARTS:
             raise ValueError(f"start must be one of {STARTS}, got {start!r}")
+        if extrapolate_from is not None and not 2 <= int(extrapolate_from) < int(folds):
+            raise ValueError(
+                f"extrapolate_from must be None or from 2 to folds - 1, got {extrapolate_from!r}"
+            )
         self.stopping = stopping
         self.tol = tol
         self.max_iter = int(max_iter)
@@ -516,6 +549,7 @@ class IBU:
         self.discrepancy_sd = None if discrepancy_sd is None else float(discrepancy_sd)
         self.beyond_noise_se = float(beyond_noise_se)
         self.start = start
+        self.extrapolate_from = None if extrapolate_from is None else int(extrapolate_from)
 
     def _run(self, counts, channel, n_iter: int | None, to_noise: bool = False):
         """IBU on ``counts`` for ``n_iter`` steps, or until converged if ``None``; with
@@ -644,11 +678,15 @@ class IBU:
             raise ValueError("IBU can start from the report shares only where reports are values")
         self.n_ = counts.sum()
         self.cv_iterations_ = self.cv_scores_ = self.cv_score_ = self.cv_n_iter_ = None
+        self.cv_smaller_n_iter_ = None
         self._cv_fold_scores = np.zeros((0, 0))
         self.warnings_ = []
         to_noise = False
         if n_iter is None and self.stopping == "cv":
             n_iter = self.cv_n_iter_ = self._cross_validate(counts, channel)
+            # Only where cross-validation ran (it keeps its per-fold scores).
+            if self.extrapolate_from is not None and self._cv_fold_scores.size:
+                n_iter = self._extrapolated(counts, channel, n_iter)
             to_noise = self.discrepancy_sd is not None and hasattr(channel, "report_variance")
         steps, taken, converged, history = self._run(counts, channel, n_iter, to_noise)
         self.within_noise_ = False
@@ -664,6 +702,24 @@ class IBU:
         self.log_likelihood_ = log_likelihood(counts, steps.predicted)
         self.log_likelihood_history_ = np.asarray(history)
         return self
+
+    def _extrapolated(self, counts: np.ndarray, channel, chosen: int) -> int:
+        """``chosen`` (cross-validation's count) scaled to all the reports by how the choice
+        grows from ``extrapolate_from`` folds' (on the same rules and seed)."""
+        assert self.extrapolate_from is not None
+        smaller = IBU(
+            max_iter=self.max_iter,
+            seed=self.seed,
+            folds=self.extrapolate_from,
+            gain_se=self.gain_se,
+            regain_se=self.regain_se,
+            start=self.start,
+        )
+        smaller.warnings_ = []  # its own, not the estimate's
+        self.cv_smaller_n_iter_ = smaller._cross_validate(counts, channel)
+        return extrapolated_count(
+            chosen, self.cv_smaller_n_iter_, self.folds, self.extrapolate_from
+        )
 
     def replay(self, counts, channel) -> np.ndarray:
         """The last fit's regularisation (its iteration count) on other counts, e.g. a
@@ -688,6 +744,13 @@ class IBU:
                 return (
                     f"IBU, stopped at {steps}, where it fitted the reports within their noise "
                     f"({self.folds}-fold cross-validation chose {self.cv_n_iter_})"
+                )
+            smaller = self.extrapolate_from
+            if self.cv_smaller_n_iter_ is not None and smaller is not None:
+                rule += (
+                    f" (it chose {self.cv_n_iter_} on {self.folds - 1}/{self.folds} of the "
+                    f"reports and {self.cv_smaller_n_iter_} on {smaller - 1}/{smaller}; the "
+                    f"count scaled to all of them)"
                 )
             return f"IBU, stopped at {steps} by {self.folds}-fold cross-validation{rule}"
         if self.cv_iterations_ is not None:
@@ -861,9 +924,12 @@ class GridIBU(_CheckedAgainstReports):
 
     def fit(self, counts, channel) -> GridIBU:
         counts = report_counts(counts, channel)
-        self.ibu_ = IBU(seed=self.seed, folds=DEFAULT_FOLDS, regain_se=GRID_REGAIN_SE).fit(
-            counts, channel
-        )
+        self.ibu_ = IBU(
+            seed=self.seed,
+            folds=DEFAULT_FOLDS,
+            regain_se=GRID_REGAIN_SE,
+            extrapolate_from=GRID_EXTRAPOLATE_FROM,
+        ).fit(counts, channel)
         self.check_ = self._check(counts, channel)
         self._settle(counts, channel, self.ibu_)
         self.n_iter_ = 0 if self.kept_reports_ else self.ibu_.n_iter_

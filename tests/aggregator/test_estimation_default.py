@@ -22,6 +22,7 @@ from aggregator.estimation.estimators import (
     cross_validated_ibu,
     default_estimator,
     default_method,
+    extrapolated_count,
 )
 from scripts.benchlib import equator_grid
 from shared.geo import Grid, Region
@@ -228,6 +229,39 @@ def test_grid_cross_validation_does_not_follow_a_score_back_from_a_dip_to_the_no
     creeping = IBU().fit(counts, channel)  # without the rule
     assert creeping.n_iter_ == creeping.max_iter
     assert earth_movers_distance(truth, creeping.frequencies_, grid) > 75.0
+
+
+def test_a_grid_count_is_cross_validation_s_scaled_to_all_the_reports():
+    """The same stored survey: 10-fold cross-validation chooses a count for nine tenths of the
+    reports, 2-fold for half; the grid default runs the first scaled by how the two differ,
+    and says so."""
+    stored = json.loads((DATA / "sf_checkins_dip_then_creep.json").read_text())
+    grid = equator_grid(stored["rows"], stored["cols"], stored["cell_size_m"])
+    channel = channel_for(PlanarLaplace(epsilon=math.log(2) / 100, grid=grid))
+    counts = np.asarray(stored["report_counts"], dtype=float)
+    fitted = default_estimator(channel).fit(counts, channel)
+    run = fitted.ibu_
+    assert run.cv_smaller_n_iter_ < run.cv_n_iter_ < run.n_iter_ == fitted.n_iter_
+    assert run.n_iter_ == extrapolated_count(run.cv_n_iter_, run.cv_smaller_n_iter_, 10, 2)
+    assert (
+        f"it chose {run.cv_n_iter_} on 9/10 of the reports and {run.cv_smaller_n_iter_} on 1/2"
+        in fitted.describe()
+    )
+    plain = IBU(regain_se=estimators.GRID_REGAIN_SE).fit(counts, channel)
+    assert plain.n_iter_ == run.cv_n_iter_ and plain.cv_smaller_n_iter_ is None
+
+
+def test_extrapolated_count_scales_by_the_growth_between_training_sizes():
+    # From half the reports to nine tenths a count grew as n^a, a = log(18 / 12) / log(1.8).
+    a = math.log(18 / 12) / math.log(0.9 / 0.5)
+    assert extrapolated_count(18, 12, 10, 2) == round(18 / 0.9**a) == 19
+    assert extrapolated_count(20, 20, 10, 2) == 20  # no growth: kept
+    assert extrapolated_count(30, 15, 10, 2) == 33  # faster than the reports: held to 30 / 0.9
+    assert extrapolated_count(20, 25, 10, 2) == 20  # never below the choice
+    assert extrapolated_count(3, 1, 10, 2) == 3  # rounded
+    assert extrapolated_count(9, 0, 10, 2) == 10
+    with pytest.raises(ValueError, match="extrapolate_from"):
+        IBU(folds=10, extrapolate_from=10)
 
 
 def test_ibu_regain_se_is_checked():
