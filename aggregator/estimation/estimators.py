@@ -711,6 +711,7 @@ class IBU:
             max_iter=self.max_iter,
             seed=self.seed,
             folds=self.extrapolate_from,
+            se_rule=self.se_rule,
             gain_se=self.gain_se,
             regain_se=self.regain_se,
             start=self.start,
