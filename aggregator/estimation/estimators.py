@@ -688,6 +688,7 @@ class IBU:
             if self.extrapolate_from is not None and self._cv_fold_scores.size:
                 n_iter = self._extrapolated(counts, channel, n_iter)
             to_noise = self.discrepancy_sd is not None and hasattr(channel, "report_variance")
+        self._asked = n_iter
         steps, taken, converged, history = self._run(counts, channel, n_iter, to_noise)
         self.within_noise_ = False
         if to_noise and n_iter is not None and taken < n_iter and not converged:
@@ -752,6 +753,11 @@ class IBU:
                     f" (it chose {self.cv_n_iter_} on {self.folds - 1}/{self.folds} of the "
                     f"reports and {self.cv_smaller_n_iter_} on {smaller - 1}/{smaller}; the "
                     f"count scaled to all of them)"
+                )
+            if self._asked is not None and self.n_iter_ < self._asked:
+                return (
+                    f"IBU, converged after {steps}, before the {self._asked} chosen by "
+                    f"{self.folds}-fold cross-validation{rule}"
                 )
             return f"IBU, stopped at {steps} by {self.folds}-fold cross-validation{rule}"
         if self.cv_iterations_ is not None:

@@ -24,10 +24,12 @@ from aggregator.estimation.estimators import (
     default_method,
     extrapolated_count,
 )
+from scripts.bench_awkward_counts import awkward_counts
 from scripts.benchlib import equator_grid
 from shared.geo import Grid, Region
 from shared.mechanisms import (
     KRR,
+    ExponentialGrid,
     Geometric,
     HadamardResponse,
     PlanarLaplace,
@@ -249,6 +251,21 @@ def test_a_grid_count_is_cross_validation_s_scaled_to_all_the_reports():
     )
     plain = IBU(regain_se=estimators.GRID_REGAIN_SE).fit(counts, channel)
     assert plain.n_iter_ == run.cv_n_iter_ and plain.cv_smaller_n_iter_ is None
+
+
+def test_a_run_that_converges_before_the_chosen_count_says_so():
+    """A 2 x 3 exponential grid at 0.01 per 100 m with 1,000 reports piled on a few cells
+    (scripts/bench_awkward_counts.py): IBU converges after about a thousand steps, before the
+    count cross-validation chose; the estimator said it stopped at the count it reached."""
+    mechanism = ExponentialGrid(epsilon=1e-4, grid=equator_grid(2, 3, 100.0), metric="manhattan")
+    channel = channel_for(mechanism)
+    fitted = default_estimator(channel).fit(awkward_counts(6, "piled", 1000), channel)
+    run = fitted.ibu_
+    assert run.converged_ and run.n_iter_ < run.cv_n_iter_
+    assert fitted.describe().startswith(
+        f"IBU, converged after {run.n_iter_} iterations, before the "
+    )
+    assert "chosen by 10-fold cross-validation (it chose" in fitted.describe()
 
 
 def test_extrapolated_count_scales_by_the_growth_between_training_sizes():
