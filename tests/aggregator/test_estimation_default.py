@@ -214,16 +214,23 @@ def test_geometric_runs_go_past_the_noise_level_where_the_held_out_reports_say_s
         assert "within their noise" in strict.describe()
 
 
-def test_grid_cross_validation_does_not_follow_a_score_back_from_a_dip_to_the_noise():
-    """SF check-ins at ln 2 per 100 m, one noisy survey of all 9,917 (stored): the held-out
-    score peaked at 34 iterations, fell, came back 0.003 nats above the peak at 52, and then
-    crept up for 10,000 iterations, to an earth mover's distance of 79 m (raw reports 108 m).
-    After a dip a later count must now gain a standard error on the best."""
+def stored_sf_survey():
+    """The stored survey of the SF check-ins at ln 2 per 100 m: grid, channel, report counts
+    and the users' true shares."""
     stored = json.loads((DATA / "sf_checkins_dip_then_creep.json").read_text())
     grid = equator_grid(stored["rows"], stored["cols"], stored["cell_size_m"])
     channel = channel_for(PlanarLaplace(epsilon=math.log(2) / 100, grid=grid))
     counts = np.asarray(stored["report_counts"], dtype=float)
     truth = np.asarray(stored["true_counts"], dtype=float) / sum(stored["true_counts"])
+    return grid, channel, counts, truth
+
+
+def test_grid_cross_validation_does_not_follow_a_score_back_from_a_dip_to_the_noise():
+    """SF check-ins at ln 2 per 100 m, one noisy survey of all 9,917 (stored): the held-out
+    score peaked at 34 iterations, fell, came back 0.003 nats above the peak at 52, and then
+    crept up for 10,000 iterations, to an earth mover's distance of 79 m (raw reports 108 m).
+    After a dip a later count must now gain a standard error on the best."""
+    grid, channel, counts, truth = stored_sf_survey()
     fitted = default_estimator(channel).fit(counts, channel)
     assert 30 <= fitted.n_iter_ <= 60
     assert not fitted.warnings_
@@ -237,10 +244,7 @@ def test_a_grid_count_is_cross_validation_s_scaled_to_all_the_reports():
     """The same stored survey: 10-fold cross-validation chooses a count for nine tenths of the
     reports, 2-fold for half; the grid default runs the first scaled by how the two differ,
     and says so."""
-    stored = json.loads((DATA / "sf_checkins_dip_then_creep.json").read_text())
-    grid = equator_grid(stored["rows"], stored["cols"], stored["cell_size_m"])
-    channel = channel_for(PlanarLaplace(epsilon=math.log(2) / 100, grid=grid))
-    counts = np.asarray(stored["report_counts"], dtype=float)
+    _, channel, counts, _ = stored_sf_survey()
     fitted = default_estimator(channel).fit(counts, channel)
     run = fitted.ibu_
     assert run.cv_smaller_n_iter_ < run.cv_n_iter_ < run.n_iter_ == fitted.n_iter_

@@ -27,7 +27,7 @@ from aggregator.estimation import (
     intervals,
 )
 from aggregator.estimation.channels import DENSE_SOLVE_LIMIT
-from aggregator.estimation.estimators import IBUSteps, steps_on_rows
+from aggregator.estimation.estimators import _steps, steps_on_rows
 from aggregator.estimation.intervals import (
     EXACT_BOUND_REPORTS,
     NOISE_REACH_MASS,
@@ -340,7 +340,7 @@ def test_steps_on_rows_of_a_grid_run_each_row_as_one_estimate():
     counts = np.random.default_rng(3).multinomial(500, np.full(36, 1 / 36), size=3).astype(float)
     rows = steps_on_rows(channel, counts, 40)
     for row, fit in zip(counts, rows, strict=True):
-        steps = channel.ibu_steps(row) or IBUSteps(channel, row)
+        steps = _steps(channel, row)
         steps.advance(40, 0.0)
         np.testing.assert_allclose(fit, steps.p, rtol=1e-12)
     assert not np.allclose(rows[0], rows[1])  # each row its own buffer, not one shared
