@@ -431,6 +431,13 @@ def campaign_open(opener: StoreOpener, campaign_id: str) -> None:
     help="Threads for the estimate's folds and refits, as the server's "
     "[LDP_ESTIMATE_THREADS; 0: the CPUs available, at most 4].",
 )
+@click.option(
+    "--details",
+    "show_details",
+    is_flag=True,
+    help="Also print how the intervals were made and the estimator's details (folds, "
+    "iterations chosen, ...).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")
 @click.pass_obj
 def estimate_command(
@@ -444,10 +451,13 @@ def estimate_command(
     timeout_s: float | None,
     no_limits: bool,
     threads: int,
+    show_details: bool,
     as_json: bool,
 ) -> None:
     """Estimate a campaign's distribution with confidence intervals.
 
+    Prints the method that ran, its one-line description and every warning
+    the API gives with the estimate ("warning: ..."), then the table.
     Locations show their cells' centres, largest estimated share first.
     The estimate is bounded like the server's (LDP_ESTIMATE_MAX_WORK,
     LDP_ESTIMATE_TIMEOUT_S) unless --no-limits is given.
@@ -462,9 +472,7 @@ def estimate_command(
     if as_json:
         _echo_json(result)
         return
-    click.echo(f"campaign {printable(campaign.spec.id)}  method {method}  n {result['n']}")
-    if result.get("n_iter") is not None:
-        click.echo(f"iterations {result['n_iter']}  converged {result['converged']}")
+    _echo_estimate_head(campaign.spec.id, result, show_details)
     rows = result["estimates"]
     planar = isinstance(campaign.mechanism, GridMechanism)
     if planar and top is None and not show_all:
@@ -493,6 +501,25 @@ def estimate_command(
             click.echo(f"{printable(row['label']):<12} {location} {numbers}")
         else:
             click.echo(f"{printable(row['label']):<24} {numbers}")
+
+
+def _echo_estimate_head(campaign_id: str, result: dict[str, Any], show_details: bool) -> None:
+    """What ran and what to know about it: the method the body names (the one whose numbers
+    these are), its headline, the iterations, every warning, and on request the details."""
+    click.echo(f"campaign {printable(campaign_id)}  method {result['method']}  n {result['n']}")
+    if result.get("estimator"):
+        click.echo(f"estimator {printable(result['estimator'])}")
+    if result.get("n_iter") is not None:
+        click.echo(f"iterations {result['n_iter']}  converged {result['converged']}")
+    for warning in result.get("warnings", ()):
+        click.echo(f"warning: {printable(warning)}")
+    if not show_details:
+        return
+    if result.get("interval_method"):
+        click.echo(f"interval method: {printable(result['interval_method'])}")
+    for key, value in (result.get("details") or {}).items():
+        shown = value if isinstance(value, str) else json_text(value)
+        click.echo(f"detail {printable(key)}: {printable(shown)}")
 
 
 @main.command("export")

@@ -88,7 +88,7 @@ def test_library_errors_become_error_lines(runner, redis_url, tmp_path):
     assert "\nError: the report store is unavailable" in down.stderr
 
 
-def test_estimates_table_and_json(runner, redis_url, store, tmp_path):
+def test_estimates_table_and_json(runner, redis_url, store, tmp_path, client, analyst):
     run(runner, redis_url, "campaign", "create", write_spec(tmp_path))
     spec = CampaignSpec.from_dict(KRR_SPEC)
     store.ingest("fruit", [StoredReport(new_id(), i % 2, spec.domain[i % 2]) for i in range(60)])
@@ -98,7 +98,9 @@ def test_estimates_table_and_json(runner, redis_url, store, tmp_path):
     assert lines[0] == "campaign fruit  method inversion  n 60"
     assert [line.split()[0] for line in lines[-4:]] == list(spec.domain)
     as_json = json.loads(run(runner, redis_url, "estimate", "fruit", "--json").stdout)
-    assert as_json["method"] == "empirical_bayes"  # the k-RR campaign's default
+    # The k-RR campaign's default, as the API gives it when asked for none.
+    api = client.get("/api/v1/campaigns/fruit/estimate", headers=analyst).get_json()
+    assert as_json["method"] == api["method"]
     assert as_json["n"] == 60
     wrong = run(runner, redis_url, "estimate", "fruit", "--method", "median")
     assert wrong.exit_code == 2
@@ -321,3 +323,41 @@ def test_export_of_raw_reports_says_when_none_are_kept(runner, redis_url, tmp_pa
     assert "keeps counts only (LDP_RAW_REPORTS=off)" in refused.stderr
     counts = json.loads(run(runner, redis_url, "export", "fruit", "--data", "counts").stdout)
     assert counts["n"] == 1
+
+
+@pytest.mark.parametrize("method", ["inversion", None])
+def test_estimate_prints_the_headline_and_every_warning_the_api_returns(
+    runner, redis_url, store, tmp_path, client, analyst, method
+):
+    # Few reports: the estimate warns (intervals from so few reports, shares out of [0, 1]).
+    run(runner, redis_url, "campaign", "create", write_spec(tmp_path))
+    spec = CampaignSpec.from_dict(KRR_SPEC)
+    store.ingest("fruit", [StoredReport(new_id(), y, spec.domain[y]) for y in (0, 0, 1)])
+    query = "" if method is None else f"?method={method}"
+    api = client.get(f"/api/v1/campaigns/fruit/estimate{query}", headers=analyst).get_json()
+    assert api["warnings"]
+    asked = [] if method is None else ["--method", method]
+    table = run(runner, redis_url, "estimate", "fruit", *asked)
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert [line for line in lines if line.startswith("warning: ")] == [
+        f"warning: {text}" for text in api["warnings"]
+    ]
+    # The method that ran (the campaign's default when none is asked for), then its headline.
+    assert lines[0] == f"campaign fruit  method {api['method']}  n 3"
+    assert lines[1] == f"estimator {api['estimator']}"
+    assert not any(line.startswith(("detail ", "interval method: ")) for line in lines)
+
+
+def test_estimate_details_on_request(runner, redis_url, store, tmp_path, client, analyst):
+    run(runner, redis_url, "campaign", "create", write_spec(tmp_path))
+    spec = CampaignSpec.from_dict(KRR_SPEC)
+    store.ingest("fruit", [StoredReport(new_id(), i % 4, spec.domain[i % 4]) for i in range(40)])
+    api = client.get("/api/v1/campaigns/fruit/estimate?method=ibu", headers=analyst).get_json()
+    shown = run(runner, redis_url, "estimate", "fruit", "--method", "ibu", "--details")
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    assert f"interval method: {api['interval_method']}" in lines
+    details = api.get("details", {})
+    for key, value in details.items():
+        assert f"detail {key}: {value if isinstance(value, str) else json.dumps(value)}" in lines
