@@ -12,6 +12,7 @@ body, so from the same counts.
 from __future__ import annotations
 
 import functools
+import json
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -37,14 +38,45 @@ MECHANISM_NAMES = {
     HADAMARD_RESPONSE: "Hadamard response",
     OLH_NAME: "Optimized local hashing (OLH)",
 }
+# The method picker's names for the estimate API's methods. They only label the choices: what
+# ran is told by the estimate itself (its ``estimator`` headline and ``method``).
 METHOD_NAMES = {
-    "ibu": "IBU (cross-validated)",
-    "empirical_bayes": "Empirical Bayes",
-    "posterior_median": "Posterior median",
-    "inversion": "Matrix inversion (unbiased)",
-    "clip": "Inversion, clipped and renormalised",
-    "projection": "Inversion, projected onto the simplex",
+    "projection": "Norm-Sub (inversion projected onto the simplex)",
+    "mle": "Maximum likelihood (IBU to convergence)",
+    "ibu": "IBU stopped by cross-validation",
+    "clip": "Inversion, negatives clipped",
+    "inversion": "Unbiased inversion",
 }
+# Methods computed in one step, without iterations.
+CLOSED_FORM_METHODS = frozenset({"projection", "clip", "inversion"})
+# Beside the chart the interval method is cut to its first clause when longer than this; the
+# whole sentence is then in the Details disclosure.
+INTERVAL_SUMMARY_CHARS = 100
+# Fields of the estimate body that are not the estimator's details. A body cached before the
+# details had a key of their own spread them among these.
+_BODY_FIELDS = frozenset(
+    {
+        "campaign",
+        "spec_hash",
+        "method",
+        "n",
+        "confidence",
+        "estimates",
+        "n_iter",
+        "converged",
+        "log_likelihood",
+        "interval_method",
+        "estimator",
+        "warnings",
+        "seconds",
+        "poisoning",
+        "range",
+        "grid",
+        "domain_size",
+        "rows",
+        "details",
+    }
+)
 
 
 def iso_utc(timestamp: float | None) -> str | None:
@@ -179,11 +211,75 @@ def heatmap_layers(campaign: Campaign, estimate: dict) -> dict[str, Any]:
     }
 
 
+def estimate_details(body: dict) -> dict[str, Any]:
+    """The estimator's structured details (folds, iterations chosen, ...; may be empty): the
+    body's ``details``, or for a body from before they had a key of their own, the fields
+    beside the known ones."""
+    details = body.get("details")
+    if isinstance(details, dict):
+        return details
+    return {key: value for key, value in body.items() if key not in _BODY_FIELDS}
+
+
+def interval_summary(interval_method: str) -> str:
+    """How the intervals were made in a few words: the sentence up to its first ``;``, and if
+    that is still long, up to its first parenthesis or the last word that fits."""
+    text = interval_method.split(";", 1)[0].strip()
+    if len(text) > INTERVAL_SUMMARY_CHARS and " (" in text:
+        text = text.split(" (", 1)[0]
+    if len(text) > INTERVAL_SUMMARY_CHARS:
+        text = text[:INTERVAL_SUMMARY_CHARS].rsplit(" ", 1)[0].rstrip(",;:") + "…"
+    return text
+
+
+def detail_text(value: Any) -> str:
+    """A detail's value as the page shows it."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def estimate_display(body: dict) -> dict[str, Any]:
+    """What the page shows about an estimate beside its chart, and behind its Details.
+
+    ``intervals`` is the confidence level and the interval method in a few words;
+    ``details`` the ``[name, text]`` pairs of the Details disclosure: the method the
+    numbers are from, the estimator's details, and the interval method's whole
+    sentence when ``intervals`` shortened it.
+    """
+    sentence = body.get("interval_method") or ""
+    summary = interval_summary(sentence)
+    rows = [["method", str(body.get("method", ""))]]
+    rows += [
+        [key.replace("_", " "), detail_text(value)] for key, value in estimate_details(body).items()
+    ]
+    if summary != sentence:
+        rows.append(["interval method", sentence])
+    method = body.get("method")
+    if body.get("n_iter") is not None:
+        iterations = f"{body['n_iter']:,}" + (
+            " (not converged)" if body.get("converged") is False else ""
+        )
+    else:
+        iterations = "closed form" if method in CLOSED_FORM_METHODS else "–"
+    return {
+        "intervals": f"{body['confidence']:.0%}, {summary}" if summary else "–",
+        "iterations": iterations,
+        "details": rows,
+    }
+
+
 def estimate_payload(campaign: Campaign, body: dict) -> dict[str, Any]:
-    """The estimate API's ``body``, plus the heatmap layers for grid campaigns."""
+    """The estimate API's ``body``, plus what the page shows about it (``display``) and the
+    heatmap layers for grid campaigns."""
     payload = dict(body)
-    method = payload["method"]
-    payload["method_name"] = METHOD_NAMES.get(method, method)
+    payload["display"] = estimate_display(body)
     if campaign.spec.mechanism in GRID_MECHANISMS:
         payload["heatmap"] = heatmap_layers(campaign, payload)
     return payload

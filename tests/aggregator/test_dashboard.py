@@ -22,6 +22,7 @@ from aggregator_testdata import (
 )
 
 from aggregator.app import create_app
+from aggregator.dashboard import data
 from aggregator.estimation import METHODS
 from aggregator.estimation.advice import oracle_mse
 from aggregator.storage.store import CampaignStore
@@ -286,18 +287,97 @@ def test_an_exponential_grid_page_gives_the_lattice_displacement_proxy(signed_in
     assert "each report moved 380 m on average (proxy" in page
 
 
-@pytest.mark.parametrize("method", [m for m in METHODS if m != "posterior_median"])
+@pytest.mark.parametrize("method", METHODS)
 def test_estimate_is_the_api_estimate(signed_in, fruit_reports, analyst, method):
-    # posterior_median is for randomized response: 422 for this k-RR campaign, on both.
-    ours = signed_in.get(f"/dashboard/data/campaigns/fruit/estimate?method={method}").get_json()
+    ours = signed_in.get(f"/dashboard/data/campaigns/fruit/estimate?method={method}")
     api = signed_in.get(f"/api/v1/campaigns/fruit/estimate?method={method}", headers=analyst)
-    api = api.get_json()
+    # A method this k-RR campaign cannot take is refused by both alike.
+    assert ours.status_code == api.status_code
+    if api.status_code == 422:
+        assert ours.get_json() == api.get_json()
+        return
+    ours, api = ours.get_json(), api.get_json()
     assert ours["method"] == method
     assert ours["n"] == len(fruit_reports)
     strip = ("seconds",)
-    assert {k: v for k, v in ours.items() if k not in (*strip, "method_name")} == {
+    assert {k: v for k, v in ours.items() if k not in (*strip, "display")} == {
         k: v for k, v in api.items() if k not in strip
     }
+
+
+def test_the_method_picker_offers_the_api_methods_with_the_campaigns_default_selected(
+    signed_in, fruit_reports, analyst
+):
+    page = signed_in.get("/dashboard/campaigns/fruit").get_data(as_text=True)
+    picker = page[page.index('<select id="method"') : page.index("</select>")]
+    options = re.findall(r'<option value="([^"]+)"( selected)?>([^<]*)</option>', picker)
+    assert options and {value for value, _, _ in options} <= set(METHODS)
+    default = signed_in.get("/api/v1/campaigns/fruit/estimate", headers=analyst).get_json()
+    assert [value for value, selected, _ in options if selected] == [default["method"]]
+    # The choices are labelled; what ran is named by the estimate itself, never by the page.
+    assert "IBU (cross-validated)" not in page
+    assert "Raw report share (reference)" in page
+
+
+def test_the_page_shows_the_headline_intervals_and_details_of_the_estimate(
+    signed_in, fruit_reports, analyst
+):
+    for method in ("ibu", "inversion"):
+        ours = signed_in.get(f"/dashboard/data/campaigns/fruit/estimate?method={method}")
+        api = signed_in.get(f"/api/v1/campaigns/fruit/estimate?method={method}", headers=analyst)
+        display, api = ours.get_json()["display"], api.get_json()
+        summary = display["intervals"].removeprefix("95%, ")
+        assert summary != display["intervals"] and summary
+        assert api["interval_method"].startswith(summary.rstrip("…"))
+        rows = dict(display["details"])
+        assert rows["method"] == api["method"]
+        for key in data.estimate_details(api):
+            assert key.replace("_", " ") in rows
+        # The whole sentence is behind the disclosure whenever the page shortened it.
+        if summary != api["interval_method"]:
+            assert rows["interval method"] == api["interval_method"]
+        else:
+            assert "interval method" not in rows
+
+
+def test_a_long_interval_method_is_cut_to_its_first_clause():
+    short = "analytic normal interval (multinomial covariance through the inverse)"
+    assert data.interval_summary(short) == short
+    assert data.interval_summary(short + "; where the reports bound a cell's share best") == short
+    long = (
+        "parametric bootstrap of the estimator's error (16 replicates drawn from a 10x less "
+        "regularised IBU fit) and its distance to that fit, less that distance's noise"
+    )
+    assert data.interval_summary(long) == "parametric bootstrap of the estimator's error"
+    words = " ".join(["word"] * 40)
+    cut = data.interval_summary(words)
+    assert cut.endswith("word…") and len(cut) <= data.INTERVAL_SUMMARY_CHARS + 1
+
+
+def test_details_come_from_the_body_or_beside_its_fields():
+    body = {"method": "ibu", "n": 10, "confidence": 0.95, "estimates": [], "warnings": []}
+    assert data.estimate_details({**body, "details": {"folds": 10}}) == {"folds": 10}
+    assert data.estimate_details({**body, "details": {}, "stopping": "x"}) == {}
+    assert data.estimate_details({**body, "stopping": "x"}) == {"stopping": "x"}
+    rows = data.estimate_display(
+        {
+            **body,
+            "interval_method": "bootstrap",
+            "details": {
+                "chosen_iterations": 35000,
+                "converged_early": True,
+                "share": 0.123456,
+                "starts": [1, 2],
+            },
+        }
+    )["details"]
+    assert rows == [
+        ["method", "ibu"],
+        ["chosen iterations", "35,000"],
+        ["converged early", "yes"],
+        ["share", "0.1235"],
+        ["starts", "[1, 2]"],
+    ]
 
 
 def test_bad_estimate_parameters_are_refused(signed_in, fruit_reports):

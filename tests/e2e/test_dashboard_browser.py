@@ -17,6 +17,7 @@ import pytest
 import requests
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from aggregator.dashboard.data import estimate_details
 from aggregator.estimation.advice import oracle_mse
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
@@ -43,6 +44,8 @@ RENDER_TIMEOUT_MS = 30_000
 # A drawn bar's height may differ from the exact proportion by this many pixels.
 BAR_PIXEL_TOLERANCE = 1.5
 SUFFIX = uuid.uuid4().hex[:8]
+# Methods computed in one step: the page says "closed form" for their iterations.
+CLOSED_FORM = ("projection", "clip", "inversion")
 # Reports seeded per campaign (before any test posts more).
 SEEDED = {"fruit": 1500, "words": 1500, "where": 800, "live": 40}
 
@@ -359,9 +362,12 @@ def test_krr_bars_match_the_estimate_api(tab, seeder, campaigns):
     for height, frequency in zip(heights, trace["y"], strict=True):
         assert abs(height - frequency * scale) <= BAR_PIXEL_TOLERANCE
     assert tab.page.inner_text("#estimate-n") == f"{SEEDED['fruit']:,}"
-    # k-RR's default is empirical Bayes: no IBU iterations (n_iter null).
-    assert api["n_iter"] is None
-    assert tab.page.inner_text("#estimate-iterations") == "none (empirical Bayes)"
+    # The page names the method that ran, and counts iterations only where there were some.
+    assert tab.page.get_attribute("main", "data-rendered-method") == api["method"]
+    if api["n_iter"] is not None:
+        assert tab.page.inner_text("#estimate-iterations").startswith(f"{api['n_iter']:,}")
+    elif api["method"] in CLOSED_FORM:
+        assert tab.page.inner_text("#estimate-iterations") == "closed form"
     rows = tab.page.locator("#estimate-table tbody tr").count()
     assert rows == len(fruit["domain"])
     tab.assert_no_console_errors()
@@ -450,6 +456,37 @@ def test_planar_campaign_renders_both_heatmaps(tab, seeder, campaigns):
         assert estimate["z"][row][col] == pytest.approx(api["estimates"][index]["frequency"])
     for element_id in ("heatmap-raw", "heatmap-estimate"):
         assert tab.page.locator(f"#{element_id} .hm image").count() == 1
+    tab.assert_no_console_errors()
+
+
+def test_the_headline_and_interval_method_show_and_the_details_open_on_request(
+    tab, seeder, campaigns
+):
+    where = campaigns["where"]
+    tab.open_campaign(where["id"])
+    api = seeder.get(f"/campaigns/{where['id']}/estimate")
+    assert tab.page.inner_text("#estimate-estimator") == api["estimator"]
+    intervals = tab.page.inner_text("#estimate-intervals")
+    assert intervals.startswith("95%, ") and len(intervals) < len(api["interval_method"]) + 6
+    assert api["interval_method"].startswith(intervals.removeprefix("95%, ").rstrip("…"))
+    # Closed at first: the details are there to be opened.
+    disclosure = tab.page.locator("#estimate-details")
+    assert disclosure.get_attribute("open") is None
+    expect(tab.page.locator("#estimate-details-list")).to_be_hidden()
+    tab.page.click("#estimate-details summary")
+    expect(tab.page.locator("#estimate-details-list")).to_be_visible()
+    tab.shot("details")
+    names = tab.page.locator("#estimate-details-list dt").all_inner_texts()
+    values = tab.page.locator("#estimate-details-list dd").all_inner_texts()
+    shown = dict(zip(names, values, strict=True))
+    details = estimate_details(api)
+    assert details, "the default estimate of a map gives its details"
+    for key in details:
+        assert key.replace("_", " ") in shown
+    assert shown["method"] == api["method"]
+    # The whole interval sentence is behind the disclosure when the line above shortened it.
+    if intervals != f"95%, {api['interval_method']}":
+        assert shown["interval method"] == api["interval_method"]
     tab.assert_no_console_errors()
 
 
@@ -581,8 +618,14 @@ def test_phone_width_with_the_keyboard_only(tab_factory, live_server, campaigns)
             break
     else:
         pytest.fail("the method selector cannot be reached with Tab")
-    page.keyboard.press("ArrowDown")
-    tab.wait_rendered("posterior_median")  # the next method in the menu after the default
+    methods = page.eval_on_selector_all(
+        "#method option", "(options) => options.map((o) => o.value)"
+    )
+    chosen = methods.index(page.input_value("#method"))
+    # The next method in the menu, or the one before if the default is the last.
+    key, step = ("ArrowDown", 1) if chosen + 1 < len(methods) else ("ArrowUp", -1)
+    page.keyboard.press(key)
+    tab.wait_rendered(methods[chosen + step])
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0
     tab.shot("phone")
@@ -657,14 +700,14 @@ def test_raw_shares_are_drawn_beside_the_estimate(tab, seeder, campaigns):
         """() => { const t = document.getElementById('estimate-chart').data[1];
                    return {name: t.name, x: Array.from(t.x), y: Array.from(t.y)}; }"""
     )
-    assert raw["name"] == "raw share of noisy reports"
+    assert raw["name"] == "raw report shares (reference)"
     assert raw["y"] == pytest.approx([share[label] for label in raw["x"]], abs=1e-12)
     assert len(bar_heights(tab.page, trace=1)) == len(fruit["domain"])
     legend = tab.page.evaluate(
         "() => Array.from(document.querySelectorAll('#estimate-chart .legendtext'),"
         " (t) => t.textContent)"
     )
-    assert legend == ["estimate, 95% interval", "raw share of noisy reports"]
+    assert legend == ["estimate, 95% interval", "raw report shares (reference)"]
     # The estimator is named even by a response that does not name it.
     assert tab.page.inner_text("#estimate-estimator")
     tab.assert_no_console_errors()

@@ -18,6 +18,8 @@
   var plotConfig = { responsive: true, displaylogo: false, displayModeBar: false };
   var font = { family: "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", size: 13 };
   var colorscale = "Viridis";
+  // The share of the noisy reports per category, shown beside the estimate as a reference.
+  var RAW_NAME = "raw report shares (reference)";
 
   var methodSelect = document.getElementById("method");
   var sortSelect = document.getElementById("sort");
@@ -211,7 +213,7 @@
 
   /* The estimate as bars with their intervals, drawn from the interval's own bounds (an
    * interval that does not contain its estimate is drawn where it is, not clipped to
-   * the bar), and the raw share of noisy reports beside each bar when the API gives it. */
+   * the bar), and the raw report share beside each bar (a reference) when the API gives it. */
   function renderBars(estimate) {
     var rows = shownRows(estimate.estimates);
     var level = percent(estimate.confidence, 0);
@@ -243,11 +245,11 @@
     if (raw) {
       traces.push({
         type: "bar",
-        name: "raw share of noisy reports",
+        name: RAW_NAME,
         x: labels,
         y: rows.map(function (r) { return r.raw_frequency; }),
         marker: { color: "#c5cbd3" },
-        hovertemplate: "<b>%{x}</b><br>share of noisy reports %{y:.2%}<extra></extra>",
+        hovertemplate: "<b>%{x}</b><br>raw report share %{y:.2%}<extra></extra>",
       });
     }
     var top = rows.reduce(function (m, r) {
@@ -271,13 +273,14 @@
         ? "Top " + rows.length + " of " + (estimate.domain_size || estimate.estimates.length).toLocaleString("en")
         : "All " + rows.length) +
       " categories, with " + level + " intervals" +
-      (raw ? " and the raw share of noisy reports (before correcting for the noise)" : ""));
+      (raw ? " and the " + RAW_NAME + ": the share of the noisy reports, before correcting" +
+        " for the noise" : ""));
   }
 
   /* -- estimate: an integer range ---------------------------------------------------------- */
 
   /* The estimate over the whole range in order as a line, its intervals as a shaded band,
-   * and the raw share of noisy reports as a thin grey line; the table lists the most
+   * and the raw report shares (a reference) as a thin grey line; the table lists the most
    * likely values. */
   function renderLine(estimate) {
     var rows = estimate.estimates;
@@ -307,10 +310,10 @@
     ];
     if (raw) {
       traces.push({
-        type: "scatter", mode: "lines", name: "raw share of noisy reports", x: x,
+        type: "scatter", mode: "lines", name: RAW_NAME, x: x,
         y: rows.map(function (r) { return r.raw_frequency; }),
         line: { color: "#9aa3ad", width: 1 },
-        hovertemplate: "<b>%{x}</b><br>share of noisy reports %{y:.2%}<extra></extra>",
+        hovertemplate: "<b>%{x}</b><br>raw report share %{y:.2%}<extra></extra>",
       });
     }
     var top = rows.reduce(function (m, r) {
@@ -331,7 +334,7 @@
     renderTable(likely.map(function (r) { return [r.label, r]; }),
       "The " + likely.length + " most likely of " + rows.length.toLocaleString("en") +
       " values, with " + level + " intervals" +
-      (raw ? " and the raw share of noisy reports" : ""));
+      (raw ? " and the " + RAW_NAME : ""));
   }
 
   /* -- estimate: locations -------------------------------------------------------------- */
@@ -433,10 +436,10 @@
     root.dataset.poisoningFlagged = String(flagged);
   }
 
-  /* What ran (the API's ``estimator``; older cached bodies have none) and its warnings. */
+  /* What ran (the API's headline ``estimator``, else its ``method``), its warnings, and the
+   * Details disclosure: the [name, text] pairs the server lists in ``display.details``. */
   function renderEstimator(estimate) {
-    var name = estimate.estimator || estimate.method_name || estimate.method;
-    setText("estimate-estimator", name);
+    setText("estimate-estimator", estimate.estimator || estimate.method);
     var warnings = Array.isArray(estimate.warnings) ? estimate.warnings : [];
     var list = document.getElementById("estimate-warnings");
     var fragment = document.createDocumentFragment();
@@ -447,6 +450,17 @@
     });
     list.replaceChildren(fragment);
     document.getElementById("estimate-warnings-box").hidden = warnings.length === 0;
+    var rows = estimate.display && estimate.n > 0 ? estimate.display.details : [];
+    var details = document.createDocumentFragment();
+    rows.forEach(function (pair) {
+      var name = document.createElement("dt");
+      name.textContent = pair[0];
+      var value = document.createElement("dd");
+      value.textContent = pair[1];
+      details.append(name, value);
+    });
+    document.getElementById("estimate-details-list").replaceChildren(details);
+    document.getElementById("estimate-details").hidden = rows.length === 0;
   }
 
   function clearCharts() {
@@ -472,15 +486,10 @@
       return;
     }
     showMessage(null);
-    // No iteration count: a closed-form inversion, or a Bayes default (no IBU).
-    var bayes = {empirical_bayes: "none (empirical Bayes)", posterior_median: "none (posterior median)"};
-    var iterations = estimate.n_iter === null || estimate.n_iter === undefined
-      ? (bayes[estimate.method] || "closed form")
-      : estimate.n_iter + (estimate.converged === false ? " (not converged)" : "");
-    setText("estimate-iterations", iterations);
+    setText("estimate-iterations", estimate.display.iterations);
     var ms = estimate.seconds * 1000;
     setText("estimate-seconds", ms < 1 ? "under 1 ms" : ms.toFixed(0) + " ms");
-    setText("estimate-intervals", percent(estimate.confidence, 0) + ", " + estimate.interval_method);
+    setText("estimate-intervals", estimate.display.intervals);
     if (planar) {
       renderHeatmaps(estimate);
     } else if (ordinal) {
