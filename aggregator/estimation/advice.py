@@ -62,12 +62,14 @@ from shared.spec import (
     KRR,
     MANHATTAN,
     MAX_EPSILON,
+    MAX_GEOMETRIC_EPSILON,
     MECHANISMS,
     OLH_NAME,
     OUE_NAME,
     PLANAR_LAPLACE,
     RR,
     CampaignSpec,
+    check_krr_epsilon,
     check_range,
     grid_step_accepted,
 )
@@ -130,27 +132,41 @@ def _check(k: int, epsilon: float, n: int) -> None:
         raise ValueError(f"the number of users must be a positive integer, got {n!r}")
 
 
-def pure_oracle_mse(k: int, p_star: float, q_star: float, n: int) -> float:
-    """``E ||f_hat - f||^2`` of a pure frequency oracle over ``k`` values and ``n`` users."""
-    gap = p_star - q_star
+def pure_oracle_mse(
+    k: int, p_star: float, q_star: float, n: int, gap: float | None = None
+) -> float:
+    """``E ||f_hat - f||^2`` of a pure frequency oracle over ``k`` values and ``n`` users.
+
+    ``gap`` is ``p* - q*`` where the caller knows it more exactly than the
+    difference: at a small epsilon ``p*`` and ``q*`` round to the same float.
+    """
+    if gap is None:
+        gap = p_star - q_star
     return (k * q_star * (1 - q_star) / gap**2 + (1 - p_star - q_star) / gap) / n
 
 
 def oracle_mse(mechanism: str, k: int, epsilon: float, n: int) -> float:
-    """The closed form of a categorical oracle (see the module docstring)."""
+    """The closed form of a categorical oracle (see the module docstring).
+
+    Each ``p* - q*`` is written with ``e^epsilon - 1`` (``expm1``), exact where
+    ``e^epsilon`` rounds to 1: finite for every epsilon a categorical spec takes
+    (at least ``2**-63``, :func:`shared.spec.check_krr_epsilon`).
+    """
     _check(k, epsilon, n)
     e = math.exp(epsilon)
+    e_minus_1 = math.expm1(epsilon)
     if mechanism in (RR, KRR):
         if mechanism == RR and k != 2:
             raise ValueError(f"rr takes exactly two values, got {k}")
-        return pure_oracle_mse(k, e / (e + k - 1), 1 / (e + k - 1), n)
+        return pure_oracle_mse(k, e / (e + k - 1), 1 / (e + k - 1), n, e_minus_1 / (e + k - 1))
     if mechanism == OUE:
-        return pure_oracle_mse(k, 0.5, 1 / (e + 1), n)
+        return pure_oracle_mse(k, 0.5, 1 / (e + 1), n, e_minus_1 / (2 * (e + 1)))
     if mechanism == OLH:
         g = hash_range(epsilon)
-        return pure_oracle_mse(k, e / (e + g - 1), 1 / g, n)
+        gap = e_minus_1 * (g - 1) / (g * (e + g - 1))
+        return pure_oracle_mse(k, e / (e + g - 1), 1 / g, n, gap)
     if mechanism == HADAMARD_RESPONSE:
-        return pure_oracle_mse(k, e / (e + 1), 0.5, n)
+        return pure_oracle_mse(k, e / (e + 1), 0.5, n, e_minus_1 / (2 * (e + 1)))
     raise ValueError(f"no closed form for {mechanism!r}")
 
 
@@ -244,8 +260,23 @@ def rank_categorical(k: int, epsilon: float, n: int) -> list[Option]:
     return _sorted(options)
 
 
+def _oracles_take(epsilon: float, k: int) -> bool:
+    """Whether the categorical specs take ``epsilon`` over ``k`` values (k-RR's weights exist)."""
+    try:
+        check_krr_epsilon(epsilon, k)
+    except SpecError:
+        return False
+    return epsilon <= MAX_EPSILON
+
+
 def rank_range(lo: int, hi: int, epsilon: float, n: int) -> list[Option]:
-    """The integers ``lo..hi``: geometric at ``epsilon`` per unit against the oracles over them."""
+    """The integers ``lo..hi``: geometric at ``epsilon`` per unit against the oracles over them.
+
+    Like :func:`rank_region`, only the mechanisms whose spec takes ``epsilon``
+    are ranked: geometric up to its limit per unit, the oracles over the
+    values within theirs. Where geometric's closed form has no finite value
+    (``e^-epsilon`` rounds to 1 below about 1e-16) its ``expected_mse`` is None.
+    """
     if not lo < hi:
         raise ValueError(f"the range needs lo < hi, got [{lo}, {hi}]")
     m = hi - lo + 1
@@ -254,16 +285,32 @@ def rank_range(lo: int, hi: int, epsilon: float, n: int) -> list[Option]:
             f"the range holds {m:,} values; the advisor takes at most {MAX_ADVISED_RANGE:,} "
             "(its geometric closed form is O(m) in memory)"
         )
-    geometric = Option(
-        mechanism=GEOMETRIC,
-        expected_mse=geometric_mse(m, epsilon, n),
-        epsilon=epsilon,
-        basis=CLOSED_FORM + " (uniform users)",
-        why="each value's estimate reads three neighbouring report counts, so the summed "
-        "error hardly grows with the range; neighbouring values are protected by epsilon, "
-        "values u apart by epsilon * u",
-        hosted=hosted(GEOMETRIC),
-    )
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
+    options = []
+    if epsilon <= MAX_GEOMETRIC_EPSILON:
+        with np.errstate(all="ignore"):
+            computed = geometric_mse(m, epsilon, n)
+        mse = computed if math.isfinite(computed) else None
+        why = (
+            "each value's estimate reads three neighbouring report counts, so the summed "
+            "error hardly grows with the range; neighbouring values are protected by epsilon, "
+            "values u apart by epsilon * u"
+        )
+        if mse is None:
+            why += "; no finite closed form at this epsilon (e^-epsilon rounds to 1)"
+        options.append(
+            Option(
+                mechanism=GEOMETRIC,
+                expected_mse=mse,
+                epsilon=epsilon,
+                basis=CLOSED_FORM + " (uniform users)",
+                why=why,
+                hosted=hosted(GEOMETRIC),
+            )
+        )
+    if not _oracles_take(epsilon, m):
+        return _sorted(options)
     oracles = [
         Option(
             mechanism=option.mechanism,
@@ -277,7 +324,7 @@ def rank_range(lo: int, hi: int, epsilon: float, n: int) -> list[Option]:
         for option in rank_categorical(m, epsilon, n)
         if option.mechanism != RR
     ]
-    return _sorted([geometric, *oracles])
+    return _sorted([*options, *oracles])
 
 
 def rank_region(cell_size_m: float, epsilon: float) -> list[Option]:
@@ -378,6 +425,9 @@ def _advised_ranking(values: dict[str, Any], n: int) -> tuple[list[Option], list
             )
     if forms[0] == "domain":
         labels = list(values["domain"])
+        # Every mechanism for labels takes the epsilons k-RR's weights exist for: refused
+        # here as the spec with a mechanism refuses them, before any closed form is computed.
+        check_krr_epsilon(epsilon, len(labels))
         ranking = rank_categorical(len(labels), epsilon, n)
         return ranking, [{"domain": labels} for _ in ranking]
     if forms[0] == "lo and hi":
@@ -401,20 +451,44 @@ def _advised_ranking(values: dict[str, Any], n: int) -> tuple[list[Option], list
         for name in ("region", "cell_size_m", "epsilon", *planar_fields)
         if name in values
     }
-    if "epsilon" in values:
-        epsilon = values["epsilon"]
-    elif all(name in values for name in planar_fields):
-        epsilon = values["privacy_level"] / values["privacy_radius_m"]
-    else:
-        raise SpecError(
-            "give epsilon (per metre) or privacy_level with privacy_radius_m", field="epsilon"
-        )
+    epsilon = _region_epsilon(values)
     ranking = rank_region(values["cell_size_m"], epsilon)
     # Only planar Laplace's spec takes the privacy level form; the others get its epsilon.
     grid_fields = {"region": values["region"], "cell_size_m": values["cell_size_m"]}
     return ranking, [
         region_fields if o.mechanism == PLANAR_LAPLACE else grid_fields for o in ranking
     ]
+
+
+def _region_epsilon(values: dict[str, Any]) -> float:
+    """A region's epsilon per metre, its privacy fields checked as a spec with a mechanism
+    checks them (:class:`SpecError` naming the field, before anything is ranked)."""
+    level, radius = values.get("privacy_level"), values.get("privacy_radius_m")
+    if (level is None) != (radius is None):
+        raise SpecError(
+            "privacy_level and privacy_radius_m go together",
+            field="privacy_level" if level is None else "privacy_radius_m",
+        )
+    derived = None if level is None or radius is None else level / radius
+    if derived is not None and not (math.isfinite(derived) and derived > 0):
+        raise SpecError(
+            f"privacy_level / privacy_radius_m = {level!r} / {radius!r} is {derived!r} per "
+            "metre; it must be a finite epsilon above 0",
+            field="privacy_level",
+        )
+    if "epsilon" not in values:
+        if derived is None:
+            raise SpecError(
+                "give epsilon (per metre) or privacy_level with privacy_radius_m", field="epsilon"
+            )
+        return derived
+    epsilon = float(values["epsilon"])
+    if derived is not None and not math.isclose(epsilon, derived, rel_tol=1e-12):
+        raise SpecError(
+            f"epsilon {epsilon!r} disagrees with privacy_level / privacy_radius_m = {derived!r}",
+            field="epsilon",
+        )
+    return epsilon
 
 
 def spec_and_advice(data: Any) -> tuple[CampaignSpec, dict[str, Any] | None]:
