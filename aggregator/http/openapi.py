@@ -17,7 +17,7 @@ from aggregator.estimation import METHODS
 from aggregator.http.enrollment import TOKEN_REQUEST
 from aggregator.http.estimates import CONFIDENCE, METHOD
 from aggregator.http.export import FORMAT
-from aggregator.http.routes import STATUS_UPDATE
+from aggregator.http.routes import LISTED_DOMAIN_LIMIT, STATUS_UPDATE
 from aggregator.services import current_settings
 from aggregator.storage.store import STATUSES
 from shared.spec import (
@@ -203,7 +203,25 @@ def _spec_schemas() -> dict[str, Any]:
             for name in _SPEC_VARIANTS.values()
         ]
     }
+    schemas["ListedCampaign"] = {"oneOf": [_listed(schemas, name) for name in _SPEC_VARIANTS]}
     return schemas
+
+
+def _listed(schemas: dict[str, Any], mechanism: str) -> dict[str, Any]:
+    """A campaign of ``mechanism`` as the public list gives it (routes.listed)."""
+    campaign = schemas[f"{_SPEC_VARIANTS[mechanism][: -len('Spec')]}Campaign"]
+    properties = {
+        **campaign["properties"],
+        "url": {"type": "string", "description": "the campaign's own endpoint: its whole spec"},
+    }
+    if "domain" in properties:
+        properties["domain_labels"] = {
+            "type": "integer",
+            "description": f"in place of a domain of more than {LISTED_DOMAIN_LIMIT} labels, "
+            "which the list leaves out: its number of labels",
+        }
+    required = [name for name in campaign["required"] if name != "domain"]
+    return {**campaign, "properties": properties, "required": [*required, "url"]}
 
 
 def _enrollment_tokens_path() -> dict[str, Any]:
@@ -381,11 +399,13 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
                                 "properties": {
                                     "campaigns": {
                                         "type": "array",
-                                        "items": _CAMPAIGN_REF,
+                                        "items": {"$ref": "#/components/schemas/ListedCampaign"},
                                     }
                                 },
                             },
-                            "All campaigns, oldest first",
+                            f"All campaigns, oldest first; a domain of more than "
+                            f"{LISTED_DOMAIN_LIMIT} labels is left out (domain_labels, and the "
+                            "whole spec at url)",
                         ),
                         **_errors(429),
                     },

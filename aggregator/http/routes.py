@@ -43,6 +43,10 @@ STATUS_UPDATE = Object(
 _invalid_update = functools.partial(ValidationError, code="invalid_update")
 # Whether an estimate was served from the cache (``hit``) or computed for this request.
 ESTIMATE_CACHE_HEADER = "X-Estimate-Cache"
+# The public campaign list gives a domain up to this many labels: a campaign of 100,000 labels
+# would make every anonymous request to the list megabytes long. The campaign's own endpoint
+# (``url`` in the list) serves its whole spec, which is what clients read.
+LISTED_DOMAIN_LIMIT = 100
 
 
 def _reject_constant(name: str) -> None:
@@ -107,9 +111,21 @@ def health() -> flask.Response:
     )
 
 
+def listed(campaign: Campaign) -> dict[str, Any]:
+    """A campaign as the public list gives it: its spec, with a link to the spec's endpoint,
+    and a domain of more than :data:`LISTED_DOMAIN_LIMIT` labels left out (its size instead)."""
+    domain = campaign.spec.domain
+    wire = campaign.to_wire()
+    if domain is not None and len(domain) > LISTED_DOMAIN_LIMIT:
+        del wire["domain"]
+        wire["domain_labels"] = len(domain)
+    wire["url"] = flask.url_for("api.get_campaign", campaign_id=campaign.spec.id)
+    return wire
+
+
 @bp.get("/campaigns")
 def list_campaigns() -> flask.Response:
-    return flask.jsonify({"campaigns": [c.to_wire() for c in get_store().list_campaigns()]})
+    return flask.jsonify({"campaigns": [listed(c) for c in get_store().list_campaigns()]})
 
 
 @bp.post("/campaigns")

@@ -6,6 +6,7 @@ import pytest
 from aggregator_testdata import ADMIN_TOKEN, ANALYST_TOKEN, KRR_SPEC, PLANAR_SPEC
 
 from aggregator.app import create_app
+from aggregator.http.routes import LISTED_DOMAIN_LIMIT
 from shared.spec import CampaignSpec
 
 
@@ -134,6 +135,41 @@ def test_get_and_list_are_public(client, krr_campaign, planar_campaign):
     planar = client.get("/api/v1/campaigns/where").get_json()
     assert planar["spec_hash"] == CampaignSpec.from_dict(PLANAR_SPEC).spec_hash
     assert planar["region"] == PLANAR_SPEC["region"]
+
+
+def test_the_list_leaves_out_a_large_domain_and_links_to_the_whole_spec(
+    client, admin, krr_campaign
+):
+    # With every label listed, this list was 0.9 MB for each anonymous request.
+    labels = [str(i) for i in range(100_000)]
+    words = {"id": "words", "title": "Words", "mechanism": "krr", "epsilon": 1.0, "domain": labels}
+    assert client.post("/api/v1/campaigns", json=words, headers=admin).status_code == 201
+    response = client.get("/api/v1/campaigns")
+    assert len(response.get_data()) < 2_000
+    fruit, listed = response.get_json()["campaigns"]
+    assert fruit == {**krr_campaign, "url": "/api/v1/campaigns/fruit"}
+    assert "domain" not in listed
+    assert listed["domain_labels"] == 100_000
+    assert listed["url"] == "/api/v1/campaigns/words"
+    # The campaign's own endpoint, which clients read, serves the whole domain.
+    spec, meta = CampaignSpec.from_wire(client.get(listed["url"]).get_json())
+    assert spec.domain == tuple(labels)
+    assert meta["spec_hash"] == listed["spec_hash"] == CampaignSpec.from_dict(words).spec_hash
+
+
+def test_a_domain_up_to_the_limit_is_listed_whole(client, admin):
+    for campaign_id, size in (("at-limit", LISTED_DOMAIN_LIMIT), ("over", LISTED_DOMAIN_LIMIT + 1)):
+        spec = {
+            "id": campaign_id,
+            "title": "T",
+            "mechanism": "hadamard_response",
+            "epsilon": 1.0,
+            "domain": [f"w{i}" for i in range(size)],
+        }
+        assert client.post("/api/v1/campaigns", json=spec, headers=admin).status_code == 201
+    at_limit, over = client.get("/api/v1/campaigns").get_json()["campaigns"]
+    assert len(at_limit["domain"]) == LISTED_DOMAIN_LIMIT and "domain_labels" not in at_limit
+    assert "domain" not in over and over["domain_labels"] == LISTED_DOMAIN_LIMIT + 1
 
 
 @pytest.mark.parametrize("campaign_id", ["nope", "Not-A-Slug", "a" * 70, "x%7Bc%3Ay%7D"])
