@@ -278,8 +278,14 @@ class Settings:
     metrics_token: str | None = setting(
         TOKEN,
         None,
-        "bearer token `GET /metrics` asks of a scraper, at least 32 characters (unset: the "
-        "metrics are open, like `/api/v1/health`)",
+        "bearer token of a metrics scraper for `GET /metrics` (the admin token also opens it), "
+        "at least 32 characters",
+    )
+    metrics_public: bool = setting(
+        FLAG,
+        False,
+        "`GET /metrics` without a token too, for a scraper on a private network: it then lists "
+        "no report counts, no campaign and no Redis address (a token still gets everything)",
     )
     allow_weak_tokens: bool = setting(
         FLAG,
@@ -476,7 +482,7 @@ class Settings:
             except _Bad:
                 raise _refusal(field, raw) from None
             object.__setattr__(self, field.name, value)
-        for name in auth.STRONG_TOKEN_SETTINGS:
+        for name in auth.TOKEN_SETTINGS:
             try:
                 auth.check_token_strength(
                     {"ALLOW_WEAK_TOKENS": self.allow_weak_tokens, name: getattr(self, name.lower())}

@@ -1,8 +1,10 @@
-"""Bearer-token roles: ``admin`` (create and close campaigns) and ``analyst`` (read results).
+"""Bearer-token roles: ``admin`` (create and close campaigns), ``analyst`` (read results)
+and ``metrics`` (scrape ``/metrics``).
 
-The tokens are server settings (``LDP_ADMIN_TOKEN``, ``LDP_ANALYST_TOKEN``);
-the admin token also opens analyst endpoints. A role whose token is not
-configured cannot be used at all. Tokens are compared in constant time.
+The tokens are server settings (``LDP_ADMIN_TOKEN``, ``LDP_ANALYST_TOKEN``,
+``LDP_METRICS_TOKEN``); the admin token also opens analyst endpoints and the
+metrics. A role whose token is not configured cannot be used at all (but by
+the admin token). Tokens are compared in constant time.
 
 * No token: 401. A token that is none of the configured ones: 401 (with
   ``WWW-Authenticate: Bearer``), and the failure is counted against the
@@ -34,10 +36,14 @@ from aggregator.storage.store import RateLimit
 
 ADMIN = "admin"
 ANALYST = "analyst"
-_ROLE_TOKENS = {ADMIN: ("ADMIN_TOKEN",), ANALYST: ("ANALYST_TOKEN", "ADMIN_TOKEN")}
-TOKEN_SETTINGS = ("ADMIN_TOKEN", "ANALYST_TOKEN")
-# Every bearer token the server takes, roles' and the metrics scraper's: all must be strong.
-STRONG_TOKEN_SETTINGS = (*TOKEN_SETTINGS, "METRICS_TOKEN")
+METRICS = "metrics"
+_ROLE_TOKENS = {
+    ADMIN: ("ADMIN_TOKEN",),
+    ANALYST: ("ANALYST_TOKEN", "ADMIN_TOKEN"),
+    METRICS: ("METRICS_TOKEN", "ADMIN_TOKEN"),
+}
+# Every bearer token the server takes (all must be strong).
+TOKEN_SETTINGS = ("ADMIN_TOKEN", "ANALYST_TOKEN", "METRICS_TOKEN")
 MIN_TOKEN_LENGTH = 32
 # Tokens that appear in the project's documentation and examples: known to everyone.
 EXAMPLE_TOKENS = frozenset({"change-me", "change-me-too", "admin-secret", "analyst-secret"})
@@ -54,7 +60,7 @@ def check_token_strength(config: Mapping[str, Any]) -> None:
     """Refuse weak tokens unless ``ALLOW_WEAK_TOKENS`` is set; the message never shows a token."""
     if config.get("ALLOW_WEAK_TOKENS"):
         return
-    for name in STRONG_TOKEN_SETTINGS:
+    for name in TOKEN_SETTINGS:
         value = config.get(name)
         if value is None or value == "":
             continue
@@ -130,15 +136,23 @@ def record_failure() -> None:
         )
 
 
+def grants(token: str, role: str) -> bool:
+    """Whether ``token`` is one of the configured tokens that carry ``role``."""
+    config = flask.current_app.config
+    return any(_matches(token, config.get(name)) for name in _ROLE_TOKENS[role])
+
+
 def check_role(role: str) -> None:
     """Raise 401 (no or unknown token), 403 (token without ``role``) or 429 (throttled)."""
     token = bearer_token()
     if token is None:
-        raise APIError(401, "unauthorized", f"this endpoint needs an {role} bearer token")
+        raise APIError(
+            401, "unauthorized", f"this endpoint needs a bearer token of the {role} role"
+        )
     refuse_if_throttled()
-    config = flask.current_app.config
-    if any(_matches(token, config.get(name)) for name in _ROLE_TOKENS[role]):
+    if grants(token, role):
         return
+    config = flask.current_app.config
     if any(_matches(token, config.get(name)) for name in TOKEN_SETTINGS):
         raise APIError(403, "forbidden", f"the token does not grant the {role} role")
     record_failure()

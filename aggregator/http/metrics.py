@@ -13,6 +13,14 @@ What is counted (docs/aggregator.md, "Metrics", lists every metric):
 Labels stay bounded: a campaign label is only ever a campaign that was found
 in the store (created by an admin), never a client's address or a report id.
 
+A scrape needs a bearer token of the metrics role (``METRICS_TOKEN``, or the
+admin token). With ``METRICS_PUBLIC`` a scrape without a token is answered
+too, with :class:`OpenView`: nothing an anonymous caller may not see. The
+report counts are left out (per campaign they are the analyst's ``n``, and
+summed they are a lone campaign's), the other counts are summed over
+campaigns and nodes, and the Redis nodes are numbered instead of named by
+their address or socket path.
+
 Under gunicorn the workers are separate processes: :func:`enable_multiprocess`
 (called by :func:`aggregator.http.wsgi.run_gunicorn` before the workers start)
 points prometheus_client's multiprocess mode at a fresh directory, every worker
@@ -24,7 +32,6 @@ registry, so apps never share counts.
 from __future__ import annotations
 
 import functools
-import hmac
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -35,9 +42,10 @@ import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, values
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
 
 from aggregator.estimation.compute import METHODS
-from aggregator.http.auth import bearer_token
+from aggregator.http.auth import METRICS, bearer_token, check_role, grants
 from aggregator.http.errors import APIError, answer_code
 from aggregator.services import current_settings, get_redis_client
 from aggregator.storage.cluster import Connection, node_clients
@@ -65,6 +73,12 @@ OTHER_METHOD = "other"
 # "Error 2 connecting to /run/ldp/redis.sock." (redis-py's connection errors).
 _NODE_IN_MESSAGE = re.compile(r"(?:connecting to|reading from|writing to) (\S+?)\.?(?:\s|$)")
 _HOST_PORT = re.compile(r"\S+:\d+|/\S+")
+# Left out of a scrape without a token: counts of reports (see the module docstring).
+_REPORT_COUNTS = frozenset(
+    {"ldp_reports_accepted", "ldp_reports_duplicate", "ldp_report_submissions_accepted"}
+)
+# Summed away in a scrape without a token: a campaign, and a node's address or socket path.
+_PRIVATE_LABELS = frozenset({"campaign", "node"})
 
 _View = TypeVar("_View", bound=Callable[..., Any])
 
@@ -166,15 +180,20 @@ class Metrics:
         """Count a Redis error that failed a request, under the node it names."""
         self.redis_errors.labels(node_of_error(error)).inc()
 
-    def exposition(self, client: Connection | None, high_water: float) -> bytes:
-        """The text a scrape answers: the counts (of every worker) and each node's state."""
+    def exposition(
+        self, client: Connection | None, high_water: float, *, open_view: bool = False
+    ) -> bytes:
+        """The text a scrape answers: the counts (of every worker) and each node's state;
+        ``open_view``: what a scrape without a token gets (:class:`OpenView`)."""
         scrape = CollectorRegistry()
-        if self.multiprocess_dir is not None:
-            MultiProcessCollector(scrape, path=self.multiprocess_dir)
-        else:
-            scrape.register(self.registry)
+        counts: Collector = (
+            self.registry
+            if self.multiprocess_dir is None
+            else MultiProcessCollector(None, path=self.multiprocess_dir)
+        )
+        scrape.register(OpenView(counts) if open_view else counts)
         if client is not None:
-            scrape.register(RedisNodeCollector(client, high_water))
+            scrape.register(RedisNodeCollector(client, high_water, numbered=open_view))
         return generate_latest(scrape)
 
 
@@ -223,12 +242,47 @@ def node_of_error(error: redis.RedisError) -> str:
     return UNKNOWN_NODE
 
 
-class RedisNodeCollector:
-    """Reads every Redis node's state when scraped (``INFO memory``, one call a node)."""
+class OpenView:
+    """The counts of ``source`` as a scrape without a token shows them: no report counts,
+    every other count summed over campaigns and nodes (``_created`` times left out)."""
 
-    def __init__(self, client: Connection, high_water: float) -> None:
+    def __init__(self, source: Collector) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.source.collect():
+            if family.name in _REPORT_COUNTS:
+                continue
+            totals: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+            for sample in family.samples:
+                if sample.name.endswith("_created"):
+                    continue
+                labels = tuple(
+                    sorted(
+                        (name, value)
+                        for name, value in sample.labels.items()
+                        if name not in _PRIVATE_LABELS
+                    )
+                )
+                key = (sample.name, labels)
+                totals[key] = totals.get(key, 0.0) + sample.value
+            summed = Metric(family.name, family.documentation, family.type, family.unit)
+            for (name, labels), value in totals.items():
+                summed.add_sample(name, dict(labels), value)
+            yield summed
+
+
+class RedisNodeCollector:
+    """Reads every Redis node's state when scraped (``INFO memory``, one call a node).
+
+    ``numbered``: each node is labelled by its place among the nodes sorted by
+    address (``0``, ``1``, ...), not by its address or socket path.
+    """
+
+    def __init__(self, client: Connection, high_water: float, *, numbered: bool = False) -> None:
         self.client = client
         self.high_water = high_water
+        self.numbered = numbered
 
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily(
@@ -248,7 +302,13 @@ class RedisNodeCollector:
             "node with a maxmemory.",
             labels=["node"],
         )
-        for node, client in node_clients(self.client, masters_only=False):
+        nodes = node_clients(self.client, masters_only=False)
+        if self.numbered:
+            nodes = [
+                (str(place), client)
+                for place, (_, client) in enumerate(sorted(nodes, key=lambda node: node[0]))
+            ]
+        for node, client in nodes:
             if client is None:
                 up.add_metric([node], 0)
                 continue
@@ -269,21 +329,37 @@ class RedisNodeCollector:
         yield from (up, used, limit, high_water)
 
 
+def scrape_sees_everything(public: bool) -> bool:
+    """True for a token of the metrics role; False for no token where the metrics are
+    ``public``; else 401, 403 or 429 as for any role (:func:`aggregator.http.auth.check_role`).
+
+    Failed attempts are counted in Redis: when Redis cannot count them the token
+    is still compared, so that a scrape answers, and shows Redis down, in an outage.
+    """
+    token = bearer_token()
+    if token is None and public:
+        return False
+    try:
+        check_role(METRICS)
+    except redis.RedisError:
+        if token is None or not grants(token, METRICS):
+            raise APIError(401, "unauthorized", "the bearer token is not valid") from None
+    return True
+
+
 @bp.get("/metrics")
 def metrics() -> flask.Response:
-    """The metrics for Prometheus; with ``METRICS_TOKEN`` set, only for its bearer."""
+    """The metrics for Prometheus: all of them for a metrics or admin token; without a
+    token only with ``METRICS_PUBLIC``, and then the open view."""
     settings = current_settings()
-    if settings.metrics_token is not None:
-        given = bearer_token()
-        if given is None or not hmac.compare_digest(
-            given.encode(), settings.metrics_token.encode()
-        ):
-            raise APIError(401, "unauthorized", "/metrics needs the metrics bearer token")
+    everything = scrape_sees_everything(settings.metrics_public)
     try:
         client = get_redis_client()
     except redis.RedisError:  # the embedded Redis would not start: nodes show nothing
         client = None
-    body = current_metrics().exposition(client, settings.storage_high_water)
+    body = current_metrics().exposition(
+        client, settings.storage_high_water, open_view=not everything
+    )
     return flask.Response(body, mimetype=None, content_type=TEXT_FORMAT)
 
 

@@ -1,4 +1,5 @@
-"""``GET /metrics``: exact counts of reports, refusals and estimates; Redis nodes; the token."""
+"""``GET /metrics``: exact counts of reports, refusals and estimates; Redis nodes; the tokens
+that open it, and what it shows without one."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from aggregator_testdata import ADMIN_TOKEN, KRR_SPEC, new_id
+from aggregator_testdata import ADMIN_TOKEN, KRR_SPEC, create_campaign, new_id
 from prometheus_client.parser import text_string_to_metric_families
 from support.ports import free_port
 
@@ -15,22 +16,35 @@ from aggregator.app import create_app
 from aggregator.http.metrics import Metrics, RedisNodeCollector, node_of_error
 from aggregator.settings import Settings, SettingsError
 from aggregator.storage.cluster import node_name
+from shared.errors import ValidationError
 
 URL = "/api/v1/campaigns/fruit/reports"
 DOC = Path(__file__).resolve().parents[2] / "docs" / "aggregator.md"
 METRICS_TOKEN = "metrics-scraper-token-0123456789abcdef"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+WRONG = {"Authorization": "Bearer not-a-configured-token-0123456789abcdef"}
+REPORT_COUNTS = {
+    "ldp_reports_accepted_total",
+    "ldp_reports_duplicate_total",
+    "ldp_report_submissions_accepted_total",
+}
 
 
-def scrape(client, headers=None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of a scrape: {(name, sorted labels): value}."""
-    response = client.get("/metrics", headers=headers)
-    assert response.status_code == 200, response.get_data(as_text=True)
-    assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+def samples_of(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a scrape's text: {(name, sorted labels): value}."""
     samples = {}
-    for family in text_string_to_metric_families(response.get_data(as_text=True)):
+    for family in text_string_to_metric_families(text):
         for sample in family.samples:
             samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return samples
+
+
+def scrape(client, headers=ADMIN) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a scrape with ``headers`` (the admin token's by default)."""
+    response = client.get("/metrics", headers=headers)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    return samples_of(response.get_data(as_text=True))
 
 
 def value(samples, name: str, **labels: str) -> float | None:
@@ -146,6 +160,9 @@ def test_redis_errors_are_counted_per_node_and_the_node_shows_down(config):
         samples, "ldp_report_submissions_refused_total", campaign="", reason="storage_unavailable"
     )
     assert refused == 1
+    # Failed attempts cannot be counted without Redis: the token is still compared.
+    assert client.get("/metrics", headers=WRONG).status_code == 401
+    assert client.get("/metrics").status_code == 401
 
 
 @pytest.mark.parametrize(
@@ -194,12 +211,77 @@ def test_the_node_collector_reports_the_high_water_mark_of_a_limited_node(redis_
     assert families["ldp_redis_memory_high_water_bytes"].samples[0].value == 32 * 2**20
 
 
-def test_with_a_metrics_token_only_its_bearer_may_scrape(config):
+def test_metrics_need_a_token_of_the_metrics_role(config, analyst):
+    # They were open to anyone, with each campaign's accepted reports (the analyst's n) and
+    # the Redis socket's path.
     client = create_app({**config, "METRICS_TOKEN": METRICS_TOKEN}).test_client()
-    assert client.get("/metrics").status_code == 401
-    wrong = client.get("/metrics", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
-    assert (wrong.status_code, wrong.get_json()["error"]["code"]) == (401, "unauthorized")
+    refused = client.get("/metrics")
+    assert (refused.status_code, refused.get_json()["error"]["code"]) == (401, "unauthorized")
+    assert refused.headers["WWW-Authenticate"].startswith("Bearer")
+    assert client.get("/metrics", headers=WRONG).status_code == 401
+    assert client.get("/metrics", headers=analyst).status_code == 403
     scrape(client, headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+    scrape(client, headers=ADMIN)
+    # The metrics token is no analyst's.
+    counts = client.get(
+        "/api/v1/campaigns/x/counts", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
+    )
+    assert counts.status_code == 403
+
+
+def test_without_a_metrics_token_only_the_admin_token_opens_them(client):
+    assert client.get("/metrics").status_code == 401
+    scrape(client, headers=ADMIN)
+
+
+def test_wrong_tokens_count_as_failed_attempts(config):
+    """The admin token opens the metrics too: guessing at them is throttled like anywhere."""
+    client = create_app({**config, "RATELIMIT_AUTH_FAILURES": "2 per minute"}).test_client()
+    assert [client.get("/metrics", headers=WRONG).status_code for _ in range(2)] == [401, 401]
+    assert client.get("/metrics", headers=ADMIN).status_code == 429
+
+
+def test_the_open_view_lists_no_report_counts_no_campaign_and_no_redis_address(
+    config, redis_server
+):
+    client = create_app({**config, "METRICS_PUBLIC": True}).test_client()
+    create_campaign(client, ADMIN, KRR_SPEC)
+    batch = [{"report_id": new_id(), "value": label} for label in ("apple", "apple", "cherry")]
+    assert client.post(URL, json={"reports": batch}).status_code == 200
+    assert client.post(URL, json=batch[0]).get_json()["duplicates"] == 1
+    assert client.post(URL, json={"report_id": new_id(), "value": "kiwi"}).status_code == 422
+    assert client.post("/api/v1/campaigns/no-such/reports", json=batch[0]).status_code == 404
+
+    response = client.get("/metrics")  # no token
+    assert response.status_code == 200
+    text = response.get_data(as_text=True)
+    socket_path = redis_server.url.removeprefix("unix://")
+    assert socket_path not in text and "redis.sock" not in text
+    assert "fruit" not in text and "campaign=" not in text
+    samples = samples_of(text)
+    assert not {name for name, _ in samples} & REPORT_COUNTS
+    refused = value(samples, "ldp_report_submissions_refused_total", reason="invalid")
+    assert refused == 1
+    assert value(samples, "ldp_report_submissions_refused_total", reason="campaign_not_found") == 1
+    assert value(samples, "ldp_redis_up", node="0") == 1
+    assert value(samples, "ldp_redis_memory_used_bytes", node="0") > 0
+    # A token still gets everything; a wrong one gets no open view but 401.
+    everything = scrape(client, headers=ADMIN)
+    assert value(everything, "ldp_reports_accepted_total", campaign="fruit") == 3
+    assert value(everything, "ldp_redis_up", node=socket_path) == 1
+    assert client.get("/metrics", headers=WRONG).status_code == 401
+
+
+def test_the_open_view_sums_over_campaigns_and_nodes():
+    metrics = Metrics()
+    for campaign in ("a", "b"):
+        metrics.record_refusal(campaign, ValidationError("bad", field="value"))
+    metrics.record_redis_error(redis.ConnectionError("Error 111 connecting to 10.0.0.5:6379."))
+    metrics.record_redis_error(redis.ConnectionError("Error 111 connecting to 10.0.0.6:6379."))
+    samples = samples_of(metrics.exposition(None, 0.9, open_view=True).decode())
+    assert value(samples, "ldp_report_submissions_refused_total", reason="invalid") == 2
+    assert value(samples, "ldp_redis_errors_total") == 2
+    assert not [name for name, _ in samples if name.endswith("_created")]
 
 
 def test_a_weak_metrics_token_is_refused():

@@ -25,6 +25,7 @@ from support import free_port_run, running_server
 from aggregator.http.metrics import RedisNodeCollector
 
 ADMIN_TOKEN = "e2e-metrics-admin-token-0123456789abcdef"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 SPEC = {"id": "tally", "title": "Tally", "mechanism": "krr", "epsilon": 1.0, "domain": ["a", "b"]}
 SUBMISSIONS = 40
 MAX_SUBMISSIONS = 1000
@@ -35,7 +36,9 @@ MASTERS = 3
 
 def accepted_reports(url: str) -> float:
     """``ldp_reports_accepted_total`` of the campaign, from one scrape on a new connection."""
-    text = requests.get(f"{url}/metrics", timeout=10).text
+    response = requests.get(f"{url}/metrics", headers=ADMIN, timeout=10)
+    assert response.status_code == 200, response.text
+    text = response.text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "ldp_reports_accepted_total" and sample.labels == {
@@ -53,10 +56,11 @@ def test_a_scrape_sums_the_counts_of_every_worker_even_a_dead_one(tmp_path):
         created = requests.post(
             f"{server.api}/campaigns",
             json=SPEC,
-            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            headers=ADMIN,
             timeout=10,
         )
         assert created.status_code == 201
+        assert requests.get(f"{server.url}/metrics", timeout=10).status_code == 401
         (metrics_dir,) = metrics_root.glob("ldp-metrics-*")
         submitted = 0
         # Until both workers have counted some (which worker accepts a connection is the
