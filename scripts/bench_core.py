@@ -59,7 +59,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project importable
     sys.path.insert(0, str(ROOT))
 
-from aggregator.estimation import IBU, MatrixInversion, channel_for, channels, fftw  # noqa: E402
+from aggregator.estimation import (  # noqa: E402
+    IBU,
+    MatrixInversion,
+    MaximumLikelihood,
+    channel_for,
+    channels,
+    fftw,
+)
 from scripts.benchlib import write_section  # noqa: E402
 from shared.geo import EARTH_RADIUS_M, Grid, Region  # noqa: E402
 from shared.mechanisms import KRR, PlanarLaplace  # noqa: E402
@@ -336,7 +343,7 @@ def qif_child(cells: int, users: int, iterations: int, repeats: int, path: str) 
 
 def qif_compare(cells: int, users: int, iterations: int, repeats: int) -> dict[str, Any]:
     mechanism, truth, counts = planar_data(cells, users, seed=0)
-    fixed = IBU(stopping="tolerance", tol=0.0, max_iter=iterations)
+    fixed = MaximumLikelihood(tol=0.0, max_iter=iterations)
     # The first estimate of a fresh process pays for loading the compiled loops and for
     # planning the transforms; later channels of the same shape reuse both.
     start = time.perf_counter()
@@ -510,7 +517,7 @@ def planar_child(cells: int, users: int, iterations: int, path: str) -> dict[str
         start = time.perf_counter()
         channel = channel_for(mechanism)
         built = time.perf_counter()
-        fitted = IBU(stopping="tolerance", tol=0.0, max_iter=iterations).fit(counts, channel)
+        fitted = MaximumLikelihood(tol=0.0, max_iter=iterations).fit(counts, channel)
         done = time.perf_counter()
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {
@@ -569,7 +576,7 @@ def bench_krr_ibu(cfg: Config, report: Report) -> None:
     truth = generator.choice(k, size=cfg.krr_users, p=zipf(k))
     counts = np.bincount(sample(mechanism, truth, generator), minlength=k).astype(float)
     channel = channel_for(mechanism)
-    fixed = IBU(stopping="tolerance", tol=0.0, max_iter=iterations)
+    fixed = MaximumLikelihood(tol=0.0, max_iter=iterations)
     for path in estimation_paths():
         with estimation_path(path):
             seconds, fitted = median_seconds(lambda: fixed.fit(counts, channel), cfg.repeats)
@@ -657,7 +664,7 @@ def bench_peers(cfg: Config, report: Report) -> None:
         ours("inversion + clip", MatrixInversion(postprocess="clip")),
         ours("inversion + simplex projection", MatrixInversion(postprocess="projection")),
         ours("IBU, default (cross-validated stop)", IBU()),
-        ours("IBU, tol 1e-12 / 10,000 it", IBU(stopping="tolerance", tol=1e-12)),
+        ours("IBU, tol 1e-12 / 10,000 it", MaximumLikelihood(tol=1e-12)),
     ]
     if grr is not None:
         estimators += [
@@ -835,9 +842,7 @@ def bench_stopping(cfg: Config, report: Report) -> None:
             fixed = {
                 n_iter: earth_movers(
                     truth,
-                    IBU(stopping="tolerance", tol=0.0, max_iter=n_iter)
-                    .fit(counts, channel)
-                    .frequencies_,
+                    MaximumLikelihood(tol=0.0, max_iter=n_iter).fit(counts, channel).frequencies_,
                     distances,
                 )
                 for n_iter in cfg.stop_iterations

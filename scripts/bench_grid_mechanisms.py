@@ -5,9 +5,9 @@ report, on the 20 x 20 grid of 150 m cells over the 3 km square around them
 (as in ``scripts/bench_estimators.py``). For each epsilon per metre and seed the
 same users report through each mechanism (the vectorised samplers of
 :mod:`simulate.sampling`, the same laws as the devices'), the service's default
-estimator for that mechanism (``estimators.default_estimator``: IBU with its
-iteration count chosen by 10-fold cross-validation for the metric mechanisms,
-empirical Bayes mixed with the raw shares for k-RR) estimates the distribution,
+estimator for that mechanism (the decision table's, ``aggregator.estimation.decision``:
+IBU with its iteration count chosen by 10-fold cross-validation for the metric
+mechanisms, Norm-Sub for k-RR) estimates the distribution,
 and the error is the earth mover's distance in metres to the distribution of the
 users drawn.
 
@@ -56,8 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project importable
     sys.path.insert(0, str(ROOT))
 
-from aggregator.estimation import channel_for  # noqa: E402
-from aggregator.estimation.estimators import default_estimator  # noqa: E402
+from aggregator.estimation import channel_for, point_estimate  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
 from shared.geo import Grid  # noqa: E402
 from shared.mechanisms import KRR, ExponentialGrid, Mechanism, PlanarLaplace  # noqa: E402
@@ -125,7 +124,7 @@ def emd_of(mechanism: Mechanism, users: np.ndarray, grid: Grid, seed: int) -> tu
     counts = np.bincount(reports, minlength=mechanism.n_outputs).astype(float)
     channel = channel_for(mechanism)
     started = time.perf_counter()
-    estimate = default_estimator(channel, seed=seed).fit(counts, channel).frequencies_
+    estimate = point_estimate(mechanism, counts, seed=seed, channel=channel)
     seconds = time.perf_counter() - started
     estimate = np.maximum(estimate, 0.0)
     value = earth_movers_distance(truth, estimate / estimate.sum(), grid)
@@ -160,8 +159,7 @@ def table(results: dict[str, dict[float, list[float]]], n_users: int, seeds: Seq
         f"eps = {e:g}" for e in epsilons
     )
     lines = [
-        "EMD (metres) of the default estimate (cross-validated IBU; k-RR: empirical Bayes, or the "
-        "posterior median at a high epsilon; each checked against the raw report shares) to "
+        "EMD (metres) of the default estimate (cross-validated IBU; k-RR: Norm-Sub) to "
         f"the {n_users:,} check-ins' "
         f"distribution on 20 x 20 cells of 150 m: median over seeds {seeds[0]}-{seeds[-1]} "
         "(smallest-largest).",

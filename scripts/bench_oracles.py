@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project i
     sys.path.insert(0, str(ROOT))
 
 from aggregator.estimation import IBU, channel_for, estimate  # noqa: E402
-from aggregator.estimation.estimators import clip_and_normalise, project_to_simplex  # noqa: E402
+from aggregator.estimation.inversion import clip_and_normalise, project_to_simplex  # noqa: E402
 from aggregator.estimation.oracles import oue_estimate  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
 from shared.mechanisms import HadamardResponse  # noqa: E402
@@ -246,9 +246,7 @@ def postprocess_rows() -> list[tuple[str, int, str, float, float, float]]:
             )
             if k == ERROR_K:
                 started = time.perf_counter()
-                fitted = IBU(stopping="tolerance", tol=0.0).fit(
-                    counts, channel, n_iter=IBU_ITERATIONS
-                )
+                fitted = IBU(tol=0.0).fit(counts, channel, n_iter=IBU_ITERATIONS)
                 candidates[f"IBU, {IBU_ITERATIONS} iterations"] = (
                     fitted.frequencies_,
                     time.perf_counter() - started,

@@ -51,7 +51,7 @@ if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project i
     sys.path.insert(0, str(ROOT))
 
 from aggregator.estimation import MatrixInversion, channel_for  # noqa: E402
-from aggregator.estimation.estimators import clip_and_normalise, project_to_simplex  # noqa: E402
+from aggregator.estimation.inversion import clip_and_normalise, project_to_simplex  # noqa: E402
 from aggregator.estimation.oracles import OLHChannel, oue_estimate  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
 from shared.mechanisms import KRR, HadamardResponse, Mechanism  # noqa: E402

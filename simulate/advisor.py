@@ -32,14 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from aggregator.estimation import channel_for
+from aggregator.estimation import channel_for, point_estimate
 from aggregator.estimation.advice import (
     Option,
     hosted,
     rank_categorical,
     rank_range,
 )
-from aggregator.estimation.estimators import default_estimator
 from shared.geo import EARTH_RADIUS_M, Grid, Region
 from shared.mechanisms import EXPONENTIAL_GRID, KRR, ExponentialGrid, Mechanism, PlanarLaplace
 from shared.spec import EUCLIDEAN, PLANAR_LAPLACE
@@ -185,7 +184,7 @@ def rank_grid(
             x = generator.choice(simulated.n_cells, size=users, p=population.probabilities)
             truth = np.bincount(x, minlength=simulated.n_cells) / users
             counts = np.bincount(sample(mechanism, x, generator), minlength=simulated.n_cells)
-            estimate = default_estimator(channel, seed=seed).fit(counts, channel).frequencies_
+            estimate = point_estimate(mechanism, counts, seed=seed, channel=channel)
             emd = earth_movers_distance(truth, estimate, simulated)
             emds.append(math.nan if emd is None else emd)
             errors.append(float(np.sum((estimate - truth) ** 2)))

@@ -18,11 +18,8 @@ from typing import Any
 import click
 
 from aggregator.estimation import METHODS
-from aggregator.estimation.estimators import has_empirical_bayes
-from aggregator.estimation.posterior_median import takes_posterior_median
 from shared.errors import LDPError
 from shared.geo import Grid
-from shared.mechanisms import Mechanism
 from shared.spec import (
     EXPONENTIAL_GRID,
     GEOMETRIC,
@@ -483,18 +480,12 @@ def _population(options: dict[str, Any], template: dict[str, Any] | None) -> Pop
 
 
 def _default_methods(spec: CampaignSpec) -> list[str]:
-    """Every method the spec's mechanism takes (empirical_bayes for k-RR over three categories
-    or more, posterior_median for k-RR and the geometric mechanism); for the large-domain
-    oracles all but IBU, whose every iteration hashes every value under every seed (ask for it
-    with -m ibu, best with --ibu-iterations)."""
+    """Every method the spec's mechanism takes; for the large-domain oracles all but IBU and
+    the MLE, whose every iteration hashes every value under every seed (ask for them with
+    -m ibu, best with --ibu-iterations)."""
     if spec.mechanism in ORACLE_MECHANISMS:
-        return [m for m in ALL_METHODS if m not in ("ibu", "empirical_bayes", "posterior_median")]
-    mechanism = Mechanism.from_spec(spec)
-    refused = {
-        "empirical_bayes": not has_empirical_bayes(mechanism),
-        "posterior_median": not takes_posterior_median(mechanism),
-    }
-    return [m for m in ALL_METHODS if not refused.get(m, False)]
+        return [m for m in ALL_METHODS if m not in ("ibu", "mle")]
+    return list(ALL_METHODS)
 
 
 def _template_labels(template: dict[str, Any] | None) -> tuple[str, ...] | None:

@@ -41,8 +41,7 @@ METHOD_COLOURS = {
     "inversion": "tab:orange",
     "clip": "tab:green",
     "projection": "tab:red",
-    "empirical_bayes": "tab:purple",
-    "posterior_median": "tab:brown",
+    "mle": "tab:purple",
     NOISY: "tab:gray",
 }
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")

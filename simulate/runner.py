@@ -30,21 +30,12 @@ from aggregator.estimation import (
     IBU,
     METHODS,
     Channel,
-    MatrixInversion,
     SingularChannelError,
     channel_for,
 )
-from aggregator.estimation.estimators import (
-    Estimator,
-    clip_and_normalise,
-    cross_validated_ibu,
-    empirical_bayes,
-    has_empirical_bayes,
-    posterior_median,
-    project_to_simplex,
-)
+from aggregator.estimation.compute import Estimator, estimator_for
+from aggregator.estimation.inversion import clip_and_normalise, project_to_simplex
 from aggregator.estimation.oracles import oue_estimate
-from aggregator.estimation.posterior_median import takes_posterior_median
 from shared.mechanisms import GridMechanism, Mechanism
 from shared.oracles import OUE
 from shared.spec import OUE_NAME, CampaignSpec
@@ -55,7 +46,6 @@ from simulate.sampling import oue_ones, sample
 NOISY = "noisy"
 # "noisy" is the report histogram taken as it is: the baseline every estimator should beat.
 ALL_METHODS = (*METHODS, NOISY)
-_POSTPROCESS = {"inversion": "none", "clip": "clip", "projection": "projection"}
 _SCORE_FIELDS = ("tv", "mse", "max_abs", "kl", "emd_m")
 
 
@@ -241,34 +231,21 @@ def estimate_methods(
     runs: dict[str, MethodRun] = {}
     for method in methods:
         started = time.perf_counter()
-        fitted: Estimator
         if method == NOISY:
             if channel.n_outputs != channel.n_inputs:
                 continue  # reports are not values (OLH, Hadamard response): no raw histogram
             runs[method] = MethodRun(method, counts / counts.sum(), time.perf_counter() - started)
             continue
-        if method == "ibu":
-            if ibu_iterations is None:
-                fitted = cross_validated_ibu(channel, seed=seed).fit(counts, channel)
-            else:
-                fitted = IBU(stopping="tolerance", tol=0.0, seed=seed).fit(
-                    counts, channel, n_iter=ibu_iterations
-                )
-        elif method == "empirical_bayes":
-            if not has_empirical_bayes(channel):
-                continue  # k-RR over three categories or more only
-            fitted = empirical_bayes(channel).fit(counts, channel)
-        elif method == "posterior_median":
-            if not takes_posterior_median(channel):
-                continue  # k-RR and the geometric mechanism only
-            fitted = posterior_median(channel).fit(counts, channel)
-        elif method in _POSTPROCESS:
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}; use one of {', '.join(ALL_METHODS)}")
+        fitted: Estimator
+        if method == "ibu" and ibu_iterations is not None:
+            fitted = IBU(seed=seed).fit(counts, channel, n_iter=ibu_iterations)
+        else:
             try:
-                fitted = MatrixInversion(postprocess=_POSTPROCESS[method]).fit(counts, channel)
+                fitted = estimator_for(method, seed=seed).fit(counts, channel)
             except SingularChannelError:
                 continue
-        else:
-            raise ValueError(f"unknown method {method!r}; use one of {', '.join(ALL_METHODS)}")
         runs[method] = MethodRun(
             method,
             np.asarray(fitted.frequencies_, dtype=float),

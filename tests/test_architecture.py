@@ -84,3 +84,70 @@ def test_the_lua_scripts_status_codes_are_the_stores_names():
     assert lua_constants("ingest.lua") == {status.name: status.value for status in IngestStatus}
     assert lua_constants("admit.lua") == {status.name: status.value for status in AdmitStatus}
     assert lua_constants("create.lua") == {status.name: status.value for status in CreateStatus}
+
+
+ESTIMATION = ROOT / "aggregator" / "estimation"
+
+
+def estimation_imports(path: Path) -> set[str]:
+    """The modules of aggregator.estimation that one module imports, at any depth of its body
+    (a function-level import is an import all the same; names imported for type checking
+    alone are not imported when the program runs)."""
+    tree = ast.parse(path.read_text("utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            node.body = []
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "aggregator.estimation":
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            "aggregator.estimation."
+        ):
+            found.add(node.module.split(".")[2])
+    modules = {p.stem for p in ESTIMATION.glob("*.py")}
+    return (found & modules) - {path.stem}
+
+
+def test_no_import_cycle_inside_estimation():
+    graph = {
+        path.stem: estimation_imports(path)
+        for path in ESTIMATION.glob("*.py")
+        if path.stem != "__init__"
+    }
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def visit(module: str) -> None:
+        if module in done:
+            return
+        if module in visiting:
+            cycle = visiting[visiting.index(module) :] + [module]
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+        visiting.append(module)
+        for target in sorted(graph.get(module, ())):
+            visit(target)
+        visiting.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)
+
+
+def test_estimation_modules_stay_readable():
+    """No module over about 500 lines, and at most 40 module-level numeric constants in all
+    (docs/estimation.md's table lists those that change an estimate)."""
+    constants = 0
+    for path in ESTIMATION.glob("*.py"):
+        text = path.read_text("utf-8")
+        assert text.count("\n") <= 520, f"{path.name} has {text.count(chr(10))} lines"
+        for node in ast.parse(text).body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if isinstance(value, ast.Constant) and isinstance(value.value, (int, float)):
+                constants += not isinstance(value.value, bool)
+            elif isinstance(value, (ast.BinOp, ast.UnaryOp, ast.Tuple)):
+                numbers = [n for n in ast.walk(value) if isinstance(n, ast.Constant)]
+                constants += bool(numbers) and all(
+                    isinstance(n.value, (int, float)) for n in numbers
+                )
+    assert constants <= 40, constants

@@ -171,8 +171,7 @@ def _estimate_args(campaign: Campaign) -> tuple[str, float]:
         raise ValidationError(
             f"unknown parameter {unknown[0]!r}", field=unknown[0], code="invalid_parameter"
         )
-    default = estimates.default_method(campaign.mechanism)
-    method = estimates.parse_method(flask.request.args.get("method", default))
+    method = estimates.parse_method(flask.request.args.get("method"), campaign.mechanism)
     return method, estimates.parse_confidence(flask.request.args.get("confidence"))
 
 

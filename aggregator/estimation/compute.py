@@ -9,27 +9,17 @@ from typing import Any
 
 import numpy as np
 
-from aggregator.estimation.channels import Channel, channel_for
-from aggregator.estimation.estimators import (
-    Estimator,
-    MatrixInversion,
-    cross_validated_ibu,
-    default_method,
-    empirical_bayes,
-    posterior_median,
-)
+from aggregator.estimation.channels import Channel
+from aggregator.estimation.decision import CLIP, IBU, INVERSION, METHODS, MLE, PROJECTION
+from aggregator.estimation.decision import default_method as table_default
+from aggregator.estimation.factory import channel_for
+from aggregator.estimation.ibu import IBU as CrossValidatedIBU
 from aggregator.estimation.intervals import BOOTSTRAP_REPLICATES, confidence_interval
+from aggregator.estimation.inversion import MatrixInversion
+from aggregator.estimation.mle import MaximumLikelihood
 from shared.mechanisms import Mechanism
 
-METHODS = ("ibu", "empirical_bayes", "posterior_median", "inversion", "clip", "projection")
-INVERSION_DESCRIPTIONS = {
-    "inversion": "matrix inversion (unbiased; entries may be negative)",
-    "clip": "matrix inversion, negatives clipped to 0 and renormalised",
-    "projection": "matrix inversion, projected onto the probability simplex",
-}
-INVERSION_NOT_CONVERGED = (
-    "the iterative solver stopped before its tolerance: the inversion is approximate"
-)
+Estimator = CrossValidatedIBU | MaximumLikelihood | MatrixInversion
 
 
 @dataclass(frozen=True)
@@ -68,10 +58,35 @@ class EstimateResult:
             "log_likelihood": self.log_likelihood,
             "interval_method": self.interval_method,
             "estimator": self.estimator,
+            "details": self.details,
             "warnings": list(self.warnings),
             "seconds": self.seconds,
-            **self.details,
         }
+
+
+def estimator_for(method: str, *, seed: int = 0) -> Estimator:
+    """A new, unfitted estimator of ``method`` (:data:`METHODS`)."""
+    if method == IBU:
+        return CrossValidatedIBU(seed=seed)
+    if method == MLE:
+        return MaximumLikelihood()
+    if method in (PROJECTION, CLIP, INVERSION):
+        return MatrixInversion(postprocess=method)
+    raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+
+
+def point_estimate(
+    mechanism: Mechanism,
+    counts: Sequence[int] | np.ndarray,
+    *,
+    method: str | None = None,
+    seed: int = 0,
+    channel: Channel | None = None,
+) -> np.ndarray:
+    """The estimate alone, without intervals (simulations and the advisor)."""
+    channel = channel if channel is not None else channel_for(mechanism)
+    chosen = method if method is not None else table_default(mechanism)
+    return estimator_for(chosen, seed=seed).fit(counts, channel).frequencies_
 
 
 def estimate(
@@ -84,15 +99,12 @@ def estimate(
     seed: int = 0,
     channel: Channel | None = None,
 ) -> EstimateResult:
-    """Estimate the true distribution from per-output report counts.
+    """Estimate the true distribution from per-output report counts, with intervals.
 
-    ``method`` is one of :data:`METHODS`, by default the one
-    :func:`estimators.default_method` picks for the channel (``"empirical_bayes"``
-    for k-RR over three categories or more, else ``"ibu"``: IBU with a
-    cross-validated number of iterations). ``channel`` may be passed to
-    reuse an operator across calls (the planar kernel is the costly part to
-    build). The work is charged to the current thread's budget
-    (:mod:`aggregator.estimation.budget`).
+    ``method`` is one of :data:`METHODS`; by default the mechanism's row of the decision
+    table (:mod:`aggregator.estimation.decision`). ``channel`` may be passed to reuse an
+    operator across calls (a planar kernel is costly to build). The work is charged to the
+    current thread's budget (:mod:`aggregator.estimation.budget`).
     """
     if method is not None and method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
@@ -100,61 +112,24 @@ def estimate(
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     started = time.perf_counter()
     channel = channel if channel is not None else channel_for(mechanism)
-    method = method if method is not None else default_method(channel)
+    method = method if method is not None else table_default(mechanism)
     counts = np.asarray(counts, dtype=float)
-    fitted: Estimator
-    details: dict[str, Any] = {}
-    # The inversion whose interval the estimate takes (the intervals' docs), if any.
-    unbiased: np.ndarray | None = None
-    if method in ("empirical_bayes", "posterior_median"):
-        bayes = empirical_bayes if method == "empirical_bayes" else posterior_median
-        fitted = fitted_bayes = bayes(channel).fit(counts, channel)
-        estimator = fitted_bayes.describe()
-        warnings = tuple(fitted_bayes.warnings_)
-
-        # The intervals of k-RR and of the posterior median do not depend on the estimator:
-        # this is never called for them.
-        def refit(redrawn: np.ndarray) -> np.ndarray:
-            return bayes(channel).fit(redrawn, channel).frequencies_
-
-    elif method == "ibu":
-        fitted = ibu = cross_validated_ibu(channel, seed=seed).fit(counts, channel)
-        estimator = ibu.describe()
-        warnings = tuple(ibu.warnings_)
-
-        # The same iteration counts on the redrawn counts (a new estimator per refit; all the
-        # replicates at once where the channel's products act by row).
-        def refit(redrawn: np.ndarray) -> np.ndarray:
-            return ibu.replay(redrawn, channel)
-
-        details["stopping"] = "cross-validated held-out likelihood"
-    else:
-        postprocess = {"inversion": "none", "clip": "clip", "projection": "projection"}[method]
-        fitted = MatrixInversion(postprocess=postprocess).fit(counts, channel)
-        estimator = INVERSION_DESCRIPTIONS[method]
-        warnings = () if fitted.converged_ else (INVERSION_NOT_CONVERGED,)
-
-        def refit(redrawn: np.ndarray) -> np.ndarray:
-            return MatrixInversion(postprocess=postprocess).fit(redrawn, channel).frequencies_
-
-        # Inversion and projection take the inversion's interval; the clipped inversion keeps
-        # the bootstrap, which covers it (94-100% on grids) at a thirtieth of that width.
-        if method != "clip":
-            unbiased = fitted.unbiased_
-
+    fitted = estimator_for(method, seed=seed).fit(counts, channel)
+    # The inversion and Norm-Sub take the inversion's interval (intervals' docs); the clipped
+    # inversion keeps the bootstrap, which covers it at a fraction of that width on grids.
+    unbiased = fitted.unbiased_ if isinstance(fitted, MatrixInversion) and method != CLIP else None
+    iterative = isinstance(fitted, (CrossValidatedIBU, MaximumLikelihood))
     interval = confidence_interval(
         counts,
         channel,
         fitted.frequencies_,
         confidence,
-        refit=refit,
+        refit=lambda redrawn: fitted.replay(redrawn, channel),
         seed=seed,
         unbiased=unbiased,
         replicates=BOOTSTRAP_REPLICATES if n_bootstrap is None else int(n_bootstrap),
-        moves=getattr(fitted, "moves_", None),
-        refit_rows=method == "ibu" and channel.products_by_row,
+        refit_rows=iterative and channel.products_by_row,
     )
-    log_lik = getattr(fitted, "log_likelihood_", None)
     return EstimateResult(
         method=method,
         n=int(counts.sum()),
@@ -166,8 +141,8 @@ def estimate(
         seconds=time.perf_counter() - started,
         n_iter=fitted.n_iter_,
         converged=fitted.converged_,
-        log_likelihood=log_lik,
-        estimator=estimator,
-        warnings=warnings + interval.warnings,
-        details=details,
+        log_likelihood=getattr(fitted, "log_likelihood_", None),
+        estimator=fitted.headline(),
+        warnings=tuple(fitted.warnings_) + interval.warnings,
+        details=fitted.details(),
     )

@@ -2,7 +2,7 @@
 
 :func:`convolve` runs one two-stage FFT convolution (see
 :class:`aggregator.estimation.fftw.Convolution`); :func:`ibu_advance` runs IBU
-steps on a :class:`aggregator.estimation.channels.PlanarLaplaceChannel` with
+steps on a :class:`aggregator.estimation.grid_channels.PlanarLaplaceChannel` with
 the same arithmetic as its ``forward`` and ``backward`` (the docstring there
 derives it), fused so that a step costs four transforms and a few passes over
 the grid instead of some forty numpy calls. Everything is compiled once and

@@ -8,7 +8,7 @@ below ``exp(-aR) (1 + aR)``, about 5e-19 of the whole, by comparison with the
 integral ``2 pi`` times ``r exp(-a r)``), a quadrant at a time by symmetry, each
 offset folded onto the grid's edge as clamping sends it: the layout of
 :func:`aggregator.estimation.planar_kernel.kernel`, which
-:class:`aggregator.estimation.channels.GridKernelChannel` reads.
+:class:`aggregator.estimation.grid_channels.GridKernelChannel` reads.
 """
 
 from __future__ import annotations

@@ -85,18 +85,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import betaincinv
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
 from aggregator.estimation import budget, parallel, planar_steps
-from aggregator.estimation.channels import (
-    DENSE_SOLVE_LIMIT,
-    Channel,
-    GridKernelChannel,
-    KRRChannel,
-)
-from aggregator.estimation.estimators import IBUSteps, advance_charged, steps_on_rows
+from aggregator.estimation.bounds import NOISE_REACH_MASS, unresolved_cells, wilson_interval
+from aggregator.estimation.channels import DENSE_SOLVE_LIMIT, Channel, KRRChannel
+from aggregator.estimation.grid_channels import GridKernelChannel
+from aggregator.estimation.ibu import IBUSteps, advance_charged, steps_on_rows
 
 VARIANCE_PROBES = 16
 # Replicates of the error bootstrap; Student's t for their degrees of freedom absorbs the noise
@@ -116,13 +112,6 @@ REFERENCE_NOISE_MAX_WORK = 16 * 2000 * 300
 MATCH_PATIENCE = 10
 # Below this many reports the intervals' coverage has not been measured: say so.
 SMALL_SAMPLE_REPORTS = 1000
-# The noise's reach: the half-width of the smallest square around a cell holding this share of
-# the noise (GridKernelChannel.noise_reach). A grid cell with no report within it, or whose share
-# the reports bound best over a wider window, is one they do not resolve (unresolved_cells).
-NOISE_REACH_MASS = 0.9
-# Window report counts below this get Jeffreys's upper bound (a beta quantile), larger ones the
-# Wilson score bound, within 0.5% of it there (share_upper_bound).
-EXACT_BOUND_REPORTS = 100
 
 
 @dataclass(frozen=True)
@@ -154,7 +143,6 @@ def confidence_interval(
     seed: int = 0,
     unbiased: np.ndarray | None = None,
     replicates: int = BOOTSTRAP_REPLICATES,
-    moves: tuple[np.ndarray, np.ndarray] | None = None,
     refit_rows: bool = False,
 ) -> Interval:
     """Confidence intervals at level ``confidence`` for the estimate ``point``.
@@ -184,11 +172,6 @@ def confidence_interval(
         is taken as the inversion.
     replicates : int
         Bootstrap replicates.
-    moves : (q_in, q_out), optional
-        Where the estimate takes each value as its own two-way problem (the posterior median
-        over the geometric mechanism): the share of the other users' reports that move to each
-        value and the chance that one of its own moves off it. Each value's report share then
-        gets its Wilson score interval, mapped through them, as k-RR's categories do.
     """
     counts = np.asarray(counts, dtype=float)
     point = np.asarray(point, dtype=float)
@@ -217,12 +200,6 @@ def confidence_interval(
         method = (
             "Wilson score interval of each category's report share, mapped to its frequency "
             "(one-sided at zero)"
-        )
-    elif moves is not None:
-        low, high = score_interval(counts, *moves, point, confidence)
-        method = (
-            "Wilson score interval of each value's report share, mapped to its frequency through "
-            "the reports moved to and off it (one-sided at zero)"
         )
     elif unbiased is not None:
         # The inversion, or an estimate made from it alone (its projection onto the simplex):
@@ -301,107 +278,6 @@ def confidence_interval(
     return _finished(low, high, point, n, method, notes)
 
 
-@dataclass(frozen=True)
-class UnresolvedCells:
-    """The grid cells the reports do not resolve (:func:`unresolved_cells`).
-
-    ``upper`` holds their upper bounds (0 for resolved cells), ``no_report`` marks the cells
-    with no report within ``reach`` cells, the noise's reach.
-    """
-
-    upper: np.ndarray
-    no_report: np.ndarray
-    reach: int
-
-
-def unresolved_cells(
-    counts: np.ndarray, channel: GridKernelChannel, confidence: float
-) -> UnresolvedCells:
-    """Which grid cells the reports do not resolve, and an upper bound for each.
-
-    The reports bound the mean share of any square window ``W`` of ``m`` cells around a
-    cell: its report count is ``Binomial(n, q_W)``, and where the true shares are even at
-    the window's scale ``q_W / m`` is each of its cells' share. A cell's bound is the
-    smallest, over windows of half-width 0, 1, 2, 4, ... up to the whole grid (cut at its
-    edges), of the upper bound on ``q_W`` (:func:`share_upper_bound`, one-sided at
-    ``1 - (1 - confidence) / 2``) divided by ``m``. The windows are nested and their
-    bounds move together, so the smallest is taken without a multiplicity correction; the
-    measured coverage (``docs/estimation.md``) is what supports it.
-
-    A cell is unresolved when that smallest bound comes from a window wider than the
-    noise's reach (the half-width of the square holding :data:`NOISE_REACH_MASS` of the
-    noise, :meth:`GridKernelChannel.noise_reach`) or from a window holding no report, or
-    when no report landed within the reach at all: the reports then say how much lies in
-    the area, not where in it, the estimate and its bootstrap world put about nothing where
-    no report fell, and a bootstrap interval misses a thin even share there (beside a
-    hotspot too, whose spilled reports land within the reach).
-    """
-    rows, cols = channel.rows, channel.cols
-    n = float(counts.sum())
-    reach = channel.noise_reach(NOISE_REACH_MASS)
-    table = _summed_area(counts.reshape(rows, cols))
-    no_report = _window_sums(table, reach)[0].ravel() < 0.5  # counts are whole numbers
-    level = 0.5 + confidence / 2
-    best = np.full(channel.n_inputs, np.inf)
-    best_radius = np.zeros(channel.n_inputs, dtype=int)
-    best_empty = np.zeros(channel.n_inputs, dtype=bool)
-    radius, widest = 0, max(rows, cols) - 1
-    while True:
-        sums, cells = (values.ravel() for values in _window_sums(table, radius))
-        bound = share_upper_bound(sums, n, level) / cells
-        better = bound < best
-        best[better] = bound[better]
-        best_radius[better] = radius
-        best_empty[better] = sums[better] < 0.5  # counts are whole numbers
-        if radius >= widest:
-            break
-        radius = min(max(2 * radius, 1), widest)
-    unresolved = no_report | (best_radius > reach) | best_empty
-    return UnresolvedCells(np.where(unresolved, best, 0.0), no_report, reach)
-
-
-def share_upper_bound(counts: np.ndarray, n: float, level: float) -> np.ndarray:
-    """One-sided upper bounds at ``level`` on binomial proportions ``counts / n``.
-
-    Jeffreys's bound, the ``level`` quantile of ``Beta(c + 1/2, n - c + 1/2)`` (1 at
-    ``c = n``), which holds close to its level with few successes where the exact
-    Clopper-Pearson bound holds well above it (Brown, Cai and DasGupta, Statistical Science
-    2001); from :data:`EXACT_BOUND_REPORTS` counts up, the Wilson score bound, within 0.5%
-    of it there, without a beta quantile per value.
-    """
-    counts = np.asarray(counts, dtype=float)
-    upper = wilson_interval(counts, n, float(norm.ppf(level)))[1]
-    few = counts < min(EXACT_BOUND_REPORTS, n)
-    if np.any(few):
-        values, index = np.unique(counts[few], return_inverse=True)
-        upper[few] = betaincinv(values + 0.5, n - values + 0.5, level)[index]
-    return np.minimum(upper, 1.0)
-
-
-def _summed_area(grid: np.ndarray) -> np.ndarray:
-    """``table[i, j]`` = the sum of ``grid[:i, :j]`` (a zero row and column in front)."""
-    table = np.zeros((grid.shape[0] + 1, grid.shape[1] + 1))
-    table[1:, 1:] = grid.cumsum(axis=0).cumsum(axis=1)
-    return table
-
-
-def _window_sums(table: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per cell, the sum over the square of half-width ``radius`` around it (cut at the grid's
-    edges) from a :func:`_summed_area` table, and the number of cells in that square."""
-    rows, cols = table.shape[0] - 1, table.shape[1] - 1
-    top = np.clip(np.arange(rows) - radius, 0, rows)
-    bottom = np.clip(np.arange(rows) + radius + 1, 0, rows)
-    left = np.clip(np.arange(cols) - radius, 0, cols)
-    right = np.clip(np.arange(cols) + radius + 1, 0, cols)
-    sums = (
-        table[np.ix_(bottom, right)]
-        - table[np.ix_(top, right)]
-        - table[np.ix_(bottom, left)]
-        + table[np.ix_(top, left)]
-    )
-    return sums, np.outer(bottom - top, right - left)
-
-
 def score_interval(
     counts: np.ndarray,
     q_in: np.ndarray,
@@ -434,15 +310,6 @@ def score_interval(
         low[at_zero] = 0.0
         high[at_zero] = (upper_q - q_in[at_zero]) / slope[at_zero]
     return low, high
-
-
-def wilson_interval(counts: np.ndarray, n: float, z: float) -> tuple[np.ndarray, np.ndarray]:
-    """The Wilson score interval of binomial proportions ``counts / n`` at normal quantile ``z``."""
-    share = counts / n
-    z2 = z * z
-    centre = (share + z2 / (2 * n)) / (1 + z2 / n)
-    half = z / (1 + z2 / n) * np.sqrt(np.maximum(share * (1 - share), 0.0) / n + z2 / (4 * n * n))
-    return centre - half, centre + half
 
 
 def bootstrap_error_interval(

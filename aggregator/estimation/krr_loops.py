@@ -11,7 +11,7 @@ independent run (the folds of a cross-validation, or a single estimate).
 Imported only where numba is installed; compiled once and cached on disk.
 Sums run over four interleaved partial sums, in a fixed order (so that they
 pipeline without giving up bit-for-bit reproducibility): results differ from
-:class:`estimators.IBUSteps` by rounding only.
+:class:`ibu.IBUSteps` by rounding only.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from aggregator.estimation.channels import Channel, SingularChannelError
-from aggregator.estimation.estimators import project_to_simplex
+from aggregator.estimation.inversion import project_to_simplex
 from shared.mechanisms import HadamardResponse
 from shared.oracles import OLH, OUE
 

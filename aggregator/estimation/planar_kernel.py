@@ -16,7 +16,7 @@ on the two angular pieces.
 By symmetry the kernel's quadrant ``di, dj >= 0`` is the inclusion-exclusion
 of ``S`` over the cell edges ``0, c/2, 3c/2, ...``; the outermost offset on
 each axis holds the whole tail beyond it, which is exactly where the
-remapping into the grid sends it (see ``channels.PlanarLaplaceChannel``).
+remapping into the grid sends it (see ``grid_channels.PlanarLaplaceChannel``).
 The kernel's total is ``4 S(0, 0) = 1`` up to rounding, so every row of the
 channel sums to 1 within about 1e-15.
 """

@@ -3,7 +3,7 @@
 :class:`Convolution` has :class:`aggregator.estimation.fftw.Convolution`'s
 interface: two-stage real transforms (rows, then columns), so the padding rows
 are never transformed and only the rows asked for come back. :class:`IBUSteps`
-runs IBU on a :class:`aggregator.estimation.channels.GridKernelChannel`
+runs IBU on a :class:`aggregator.estimation.grid_channels.GridKernelChannel`
 with the arithmetic of :mod:`aggregator.estimation.fftw_loops` (four transforms
 a step), in whole-array numpy operations on buffers kept between steps.
 
@@ -18,7 +18,7 @@ import numpy as np
 import scipy.fft
 
 if TYPE_CHECKING:
-    from aggregator.estimation.channels import GridKernelChannel
+    from aggregator.estimation.grid_channels import GridKernelChannel
 
 # Threads per transform. One: the aggregator already runs estimates side by side (workers and
 # their thread pools), and two threads made a 40 x 40 grid's transforms slower, not faster, on
@@ -68,7 +68,7 @@ class Convolution:
 
 class GridSteps:
     """What IBU's steps on a planar channel keep, as ``rows x cols`` grids: the counts,
-    ``p`` (starting uniform) and ``predicted`` (see :class:`estimators.IBUSteps`)."""
+    ``p`` (starting uniform) and ``predicted`` (see :class:`ibu.IBUSteps`)."""
 
     def __init__(self, channel: GridKernelChannel, counts: np.ndarray):
         shape = (channel.rows, channel.cols)

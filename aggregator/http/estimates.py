@@ -30,11 +30,10 @@ from aggregator.estimation import (
     budget,
     channel_for,
     estimate,
-    estimators,
     poisoning,
 )
-from aggregator.estimation.estimators import has_empirical_bayes
-from aggregator.estimation.posterior_median import takes_posterior_median
+from aggregator.estimation.decision import DEFAULT_METHODS, IBU, MLE, described_defaults
+from aggregator.estimation.decision import default_method as table_default
 from aggregator.http.errors import APIError
 from aggregator.http.parameters import QueryParameter, invalid_parameter
 from aggregator.storage.locks import Lock
@@ -44,10 +43,6 @@ from shared.mechanisms import Geometric, GridMechanism, HadamardResponse, Mechan
 from shared.oracles import OLH
 from shared.schema import Number, String, is_positive_finite
 
-DEFAULT_METHOD = "ibu"
-# The large-domain oracles (OLH, Hadamard response) default to the unbiased estimate projected
-# onto the simplex (Norm-Sub): one pass over the pool's hashes where IBU needs one per
-# iteration, and a smaller error than clipping (docs/mechanisms.md, scripts/bench_oracles.py).
 # An oracle's estimate lists this many values at most: those with the largest estimates, in
 # decreasing order (a million rows would make a 100 MB body).
 ORACLE_TOP_ROWS = 1000
@@ -147,8 +142,8 @@ def is_oracle(mechanism: Mechanism) -> TypeGuard[OLH | HadamardResponse]:
 
 
 def default_method(mechanism: Mechanism) -> str:
-    """The estimation method used when a request names none."""
-    return estimators.default_method(mechanism)
+    """The estimation method used when a request names none (the decision table's)."""
+    return table_default(mechanism)
 
 
 def applicable_methods(mechanism: Mechanism) -> list[str]:
@@ -159,26 +154,15 @@ def applicable_methods(mechanism: Mechanism) -> list[str]:
 
 def not_applicable(mechanism: Mechanism, method: str) -> str | None:
     """Why ``method`` cannot estimate a campaign with this mechanism (None: it can)."""
-    if method == "empirical_bayes" and not has_empirical_bayes(mechanism):
-        return (
-            "empirical_bayes estimates k-RR campaigns over three categories or more; "
-            f"use {default_method(mechanism)}"
-        )
-    if method == "posterior_median" and not takes_posterior_median(mechanism):
-        return (
-            "posterior_median estimates k-RR, randomized response and geometric campaigns; "
-            f"use {default_method(mechanism)}"
-        )
     if (
-        method == "ibu"
+        method in (IBU, MLE)
         and isinstance(mechanism, OLH)
         and mechanism.pool_size * mechanism.k > OLH_IBU_MAX_HASHES
     ):
         return (
-            f"ibu cannot be used for this campaign: each of its iterations hashes all "
+            f"{method} cannot be used for this campaign: each IBU iteration hashes all "
             f"{mechanism.k:,} values under each of the {mechanism.pool_size:,} seeds twice, and "
-            f"cross-validating it takes hundreds; use projection (the default for olh) or "
-            "inversion"
+            f"it takes hundreds; use projection (the default for olh) or inversion"
         )
     return None
 
@@ -201,7 +185,13 @@ def output_labels(mechanism: Mechanism) -> list[str]:
     return [mechanism.report_value(y) for y in range(mechanism.n_outputs)]
 
 
-METHOD = QueryParameter("method", String(enum=METHODS), DEFAULT_METHOD)
+METHOD = QueryParameter(
+    "method",
+    String(enum=METHODS),
+    None,
+    description=f"the estimator; by default the mechanism's: {described_defaults()}",
+    extensions={"x-default-by-mechanism": dict(DEFAULT_METHODS)},
+)
 CONFIDENCE = QueryParameter(
     "confidence",
     Number(enum=CONFIDENCE_LEVELS),
@@ -210,9 +200,10 @@ CONFIDENCE = QueryParameter(
 )
 
 
-def parse_method(raw: str | None) -> str:
-    """The estimation method from a query string; ``ibu`` by default."""
-    return METHOD.parse(raw)
+def parse_method(raw: str | None, mechanism: Mechanism) -> str:
+    """The estimation method from a query string; the mechanism's default where none."""
+    parsed = METHOD.parse(raw)
+    return default_method(mechanism) if parsed is None else str(parsed)
 
 
 def check_confidence(level: float) -> float:

@@ -265,7 +265,12 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
         "properties": {
             "campaign": {"type": "string"},
             "spec_hash": {"type": "string"},
-            "method": {"type": "string", "enum": list(METHODS)},
+            "method": {
+                "type": "string",
+                "enum": list(METHODS),
+                "description": "the estimator whose numbers these are; asking for it by name "
+                "on the same counts gives the same numbers",
+            },
             "n": {"type": "integer"},
             "confidence": {"type": "number"},
             "estimates": {
@@ -293,7 +298,11 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
                     },
                 },
             },
-            "estimator": {"type": "string", "description": "what ran, in words"},
+            "estimator": {"type": "string", "description": "what ran, in one line"},
+            "details": {
+                "type": "object",
+                "description": "the facts behind the headline (folds, iterations, ...), by method",
+            },
             "warnings": {"type": "array", "items": {"type": "string"}},
             "n_iter": {"type": "integer", "nullable": True, "description": "IBU iterations"},
             "converged": {"type": "boolean", "nullable": True},

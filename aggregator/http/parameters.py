@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shared.errors import ValidationError
@@ -22,6 +22,8 @@ class QueryParameter:
     values: String | Number
     default: Any
     description: str = ""
+    # OpenAPI extensions ("x-..." keys) of the parameter object.
+    extensions: dict[str, Any] = field(default_factory=dict)
 
     def parse(self, raw: str | None) -> Any:
         """The parameter's value from the query string (its default when absent)."""
@@ -40,8 +42,10 @@ class QueryParameter:
         out: dict[str, Any] = {
             "name": self.name,
             "in": "query",
-            "schema": {**self.values.schema(), "default": self.default},
+            "schema": self.values.schema(),
         }
+        if self.default is not None:
+            out["schema"]["default"] = self.default
         if self.description:
             out["description"] = self.description
-        return out
+        return {**out, **self.extensions}

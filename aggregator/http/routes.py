@@ -301,9 +301,7 @@ def get_estimate(campaign_id: str) -> flask.Response:
     """The estimate with intervals; served from the cache while no new report has arrived."""
     _check_parameters({"method", "confidence", "format"})
     campaign = load_campaign(campaign_id)
-    method = estimates.parse_method(
-        flask.request.args.get("method", estimates.default_method(campaign.mechanism))
-    )
+    method = estimates.parse_method(flask.request.args.get("method"), campaign.mechanism)
     confidence = estimates.parse_confidence(flask.request.args.get("confidence"))
     output = export.parse_format(flask.request.args.get("format"))
     if output == "csv":

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from aggregator_testdata import GEOMETRIC_SPEC, KRR_SPEC, PLANAR_SPEC, submit
 
+from aggregator.estimation import DEFAULT_METHODS
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
 
@@ -84,7 +85,7 @@ def test_ibu_recovers_a_population_sent_over_http(client, analyst, krr_campaign)
     n = 3000
     true_values = [spec.domain[i] for i, c in enumerate((truth * n).astype(int)) for _ in range(c)]
     submit(client, "fruit", [mechanism.perturb(v, rng) for v in true_values])
-    for method in ("ibu", "inversion", "clip", "projection"):
+    for method in ("ibu", "mle", "inversion", "clip", "projection"):
         body = client.get(f"{URL}?method={method}", headers=analyst).get_json()
         assert body["method"] == method
         estimate = np.array([row["frequency"] for row in body["estimates"]])
@@ -93,8 +94,8 @@ def test_ibu_recovers_a_population_sent_over_http(client, analyst, krr_campaign)
             assert math.isclose(estimate.sum(), 1.0, rel_tol=1e-9)
             assert estimate.min() >= 0
     default = client.get(URL, headers=analyst).get_json()
-    # k-RR's default is empirical Bayes, named in the response; it runs no IBU iterations.
-    assert "empirical Bayes" in default["estimator"]
+    # k-RR's default is Norm-Sub, named in the response; it runs no IBU iterations.
+    assert default["method"] == "projection" and default["estimator"].startswith("Norm-Sub")
     assert default["n_iter"] is None
 
 
@@ -134,42 +135,40 @@ def test_a_method_the_channel_cannot_support_is_422(client, admin, analyst):
     response = client.get("/api/v1/campaigns/flat/estimate?method=inversion", headers=analyst)
     assert response.status_code == 422
     assert response.get_json()["error"]["code"] == "method_not_applicable"
-    assert client.get("/api/v1/campaigns/flat/estimate", headers=analyst).status_code == 200
+    # The default does not try: it is the maximum-likelihood estimate, equal shares, whose
+    # intervals say that nothing is known.
+    default = client.get("/api/v1/campaigns/flat/estimate", headers=analyst)
+    assert default.status_code == 200
+    body = default.get_json()
+    assert body["method"] == "mle"
+    for row in body["estimates"]:
+        assert row["frequency"] == pytest.approx(1 / len(body["estimates"]))
+        assert (row["ci_low"], row["ci_high"]) == (0.0, 1.0)
 
 
-def test_randomized_response_defaults_to_the_posterior_median(client, admin, analyst):
+def test_each_campaign_defaults_to_its_row_of_the_decision_table(client, admin, analyst):
+    """The estimate without a method runs the mechanism's default, and the OpenAPI document
+    says which (it served ``ibu`` as the default for every mechanism)."""
     spec = {"id": "vote", "title": "Voted", "mechanism": "rr", "epsilon": 1.0}
-    assert client.post("/api/v1/campaigns", json=spec, headers=admin).status_code == 201
-    submit(client, "vote", ["yes"] * 30 + ["no"] * 70)
-    body = client.get("/api/v1/campaigns/vote/estimate", headers=analyst).get_json()
-    assert body["method"] == "posterior_median" and body["n_iter"] is None
-    assert "posterior median of each category's respondents" in body["estimator"]
-    ibu = client.get("/api/v1/campaigns/vote/estimate?method=ibu", headers=analyst)
-    assert ibu.status_code == 200 and ibu.get_json()["method"] == "ibu"
-    # k-RR takes it on request, and by default at a high epsilon.
-    assert client.post("/api/v1/campaigns", json=KRR_SPEC, headers=admin).status_code == 201
-    submit(client, "fruit", ["apple", "banana"] * 20)
-    body = client.get(f"{URL}?method=posterior_median", headers=analyst).get_json()
-    assert body["method"] == "posterior_median"
-    assert client.get(URL, headers=analyst).get_json()["method"] == "empirical_bayes"
-    sharp = {**KRR_SPEC, "id": "sharp", "epsilon": 6.0}
-    assert client.post("/api/v1/campaigns", json=sharp, headers=admin).status_code == 201
-    submit(client, "sharp", ["apple", "banana"] * 20)
-    body = client.get("/api/v1/campaigns/sharp/estimate", headers=analyst).get_json()
-    assert body["method"] == "posterior_median"
-    # The geometric mechanism takes it on request.
-    assert client.post("/api/v1/campaigns", json=GEOMETRIC_SPEC, headers=admin).status_code == 201
-    submit(client, "age", [30, 40] * 10)
-    body = client.get("/api/v1/campaigns/age/estimate?method=posterior_median", headers=analyst)
-    assert body.get_json()["method"] == "posterior_median"
-    # Other mechanisms: 422 naming their default, with reports or without.
-    assert client.post("/api/v1/campaigns", json=PLANAR_SPEC, headers=admin).status_code == 201
-    centre = Mechanism.from_spec(CampaignSpec.from_dict(PLANAR_SPEC)).report_value(0)
-    for values in ([], [centre]):
-        submit(client, "where", values)
-        response = client.get(
-            "/api/v1/campaigns/where/estimate?method=posterior_median", headers=analyst
-        )
-        assert response.status_code == 422
-        error = response.get_json()["error"]
-        assert error["code"] == "method_not_applicable" and "use ibu" in error["message"]
+    for campaign, values in (
+        (spec, ["yes"] * 30 + ["no"] * 70),
+        (KRR_SPEC, ["apple", "banana"] * 20),
+        (GEOMETRIC_SPEC, [30, 40] * 10),
+        (PLANAR_SPEC, [Mechanism.from_spec(CampaignSpec.from_dict(PLANAR_SPEC)).report_value(0)]),
+    ):
+        assert client.post("/api/v1/campaigns", json=campaign, headers=admin).status_code == 201
+        submit(client, campaign["id"], values)
+        url = f"/api/v1/campaigns/{campaign['id']}/estimate"
+        body = client.get(url, headers=analyst).get_json()
+        assert body["method"] == DEFAULT_METHODS[campaign["mechanism"]]
+        named = client.get(f"{url}?method={body['method']}", headers=analyst).get_json()
+        assert named["estimates"] == body["estimates"]
+    document = client.get("/api/v1/openapi.json").get_json()
+    parameters = document["paths"]["/api/v1/campaigns/{campaign_id}/estimate"]["parameters"]
+    method = next(p for p in parameters if p["name"] == "method")
+    assert "default" not in method["schema"]
+    assert method["x-default-by-mechanism"] == DEFAULT_METHODS
+    assert "projection for rr, krr" in method["description"]
+    # Methods that no longer exist are refused by name.
+    response = client.get(f"{URL}?method=empirical_bayes", headers=analyst)
+    assert response.status_code in (400, 422)

@@ -26,18 +26,20 @@ from aggregator.estimation import (
     estimate,
     intervals,
 )
-from aggregator.estimation.channels import DENSE_SOLVE_LIMIT
-from aggregator.estimation.estimators import _steps, steps_on_rows
-from aggregator.estimation.intervals import (
+from aggregator.estimation.bounds import (
     EXACT_BOUND_REPORTS,
     NOISE_REACH_MASS,
+    share_upper_bound,
+    unresolved_cells,
+    wilson_interval,
+)
+from aggregator.estimation.channels import DENSE_SOLVE_LIMIT
+from aggregator.estimation.ibu import start_steps, steps_on_rows
+from aggregator.estimation.intervals import (
     SMALL_SAMPLE_REPORTS,
     bootstrap_error_interval,
     confidence_interval,
     inversion_variance,
-    share_upper_bound,
-    unresolved_cells,
-    wilson_interval,
 )
 from scripts.benchlib import equator_grid, spiky_city
 from shared.mechanisms import KRR, Geometric, PlanarLaplace
@@ -154,8 +156,6 @@ def test_two_reports_give_wide_intervals_with_a_warning(kind):
         counts = np.zeros(25)
         counts[[3, 17]] = 1
     for method in METHODS:
-        if (method == "empirical_bayes" and kind == "planar") or method == "posterior_median":
-            continue  # k-RR only; randomized response only (tests/aggregator/test_binary.py)
         result = estimate(mechanism, counts, method=method, confidence=CONFIDENCE)
         assert_well_formed(result)
         assert np.all(result.ci_high - result.ci_low >= 1 / (2 * counts.size) - 1e-12), method
@@ -189,10 +189,9 @@ def test_projected_inversion_intervals_cover_a_clustered_city():
 # -- the entry point ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("method", [m for m in METHODS if m != "posterior_median"])
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("kind", ["krr", "planar"])
 def test_every_method_gets_well_formed_intervals(method, kind):
-    # posterior_median (randomized response only): tests/aggregator/test_binary.py.
     if kind == "krr":
         mechanism, p = zipf_krr(30, 0.5)
         n = 3_000
@@ -201,10 +200,6 @@ def test_every_method_gets_well_formed_intervals(method, kind):
         p = Population.clustered_city(grid, seed=1).probabilities
         mechanism = PlanarLaplace(epsilon=math.log(3) / 100, grid=grid)
         n = 2_000
-        if method == "empirical_bayes":
-            with pytest.raises(ValueError, match="k-RR over three categories"):
-                list(surveys(mechanism, p, n, 1, seed=16, method=method))
-            return
     for result in surveys(mechanism, p, n, 3, seed=16, method=method):
         assert_well_formed(result)
         assert result.interval_method
@@ -340,7 +335,7 @@ def test_steps_on_rows_of_a_grid_run_each_row_as_one_estimate():
     counts = np.random.default_rng(3).multinomial(500, np.full(36, 1 / 36), size=3).astype(float)
     rows = steps_on_rows(channel, counts, 40)
     for row, fit in zip(counts, rows, strict=True):
-        steps = _steps(channel, row)
+        steps = start_steps(channel, row)
         steps.advance(40, 0.0)
         np.testing.assert_allclose(fit, steps.p, rtol=1e-12)
     assert not np.allclose(rows[0], rows[1])  # each row its own buffer, not one shared
@@ -556,7 +551,7 @@ def test_confidence_must_be_a_level():
 # -- the constructions' coverage ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("method", [m for m in METHODS if m != "posterior_median"])
+@pytest.mark.parametrize("method", METHODS)
 def test_krr_intervals_cover_per_category(method):
     # Every category well above zero; the score interval's coverage does not depend on the method.
     mechanism = KRR(epsilon=2.0, domain=["a", "b", "c"])

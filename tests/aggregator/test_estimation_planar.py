@@ -21,6 +21,7 @@ from scipy import integrate, special
 from aggregator.estimation import (
     IBU,
     MatrixInversion,
+    MaximumLikelihood,
     PlanarLaplaceChannel,
     budget,
     channel_for,
@@ -29,7 +30,7 @@ from aggregator.estimation import (
     planar_steps,
 )
 from aggregator.estimation.channels import DENSE_SOLVE_LIMIT
-from aggregator.estimation.estimators import IBUSteps
+from aggregator.estimation.ibu import IBUSteps
 from aggregator.estimation.planar_kernel import kernel, quadrant_mass
 from scripts.benchlib import equator_grid
 from shared.geo import Grid, Region
@@ -223,7 +224,7 @@ def test_ibu_on_the_compiled_steps_matches_the_default_scipy_steps(monkeypatch):
     channel = PlanarLaplaceChannel(epsilon=0.5, cell_size_m=1.0, rows=12, cols=9)
     counts = noisy_counts(channel, 3_000, seed=3)
     fitted = IBU().fit(counts, channel)
-    fixed = IBU(stopping="tolerance", tol=1e-8, max_iter=20_000).fit(counts, channel)
+    fixed = MaximumLikelihood(tol=1e-8, max_iter=20_000).fit(counts, channel)
     monkeypatch.setattr(fftw, "load", lambda: None)
     plain = PlanarLaplaceChannel(epsilon=0.5, cell_size_m=1.0, rows=12, cols=9)
     assert isinstance(plain.ibu_steps(counts), planar_steps.IBUSteps)
@@ -231,7 +232,7 @@ def test_ibu_on_the_compiled_steps_matches_the_default_scipy_steps(monkeypatch):
     fitted_plain = IBU().fit(counts, plain)
     assert fitted.n_iter_ == fitted_plain.n_iter_
     np.testing.assert_allclose(fitted.frequencies_, fitted_plain.frequencies_, atol=1e-13)
-    again = IBU(stopping="tolerance", tol=1e-8, max_iter=20_000).fit(counts, plain)
+    again = MaximumLikelihood(tol=1e-8, max_iter=20_000).fit(counts, plain)
     assert fixed.converged_
     assert (fixed.n_iter_, fixed.converged_) == (again.n_iter_, again.converged_)
     np.testing.assert_allclose(fixed.frequencies_, again.frequencies_, atol=1e-12)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from aggregator_testdata import GRID_SPEC, KRR_SPEC, PLANAR_SPEC, create_campaign, new_id, submit
 
-from aggregator.estimation.channels import GridKernelChannel, ManhattanKernelChannel, channel_for
+from aggregator.estimation import GridKernelChannel, ManhattanKernelChannel, channel_for
 from shared.mechanisms import ExponentialGrid, Mechanism
 from shared.spec import (
     MAX_GRID_STEP_EPSILON,

@@ -9,15 +9,8 @@ import numpy as np
 import pytest
 from aggregator_testdata import GEOMETRIC_SPEC, KRR_SPEC, new_id
 
-from aggregator.estimation import estimate, estimators
-from aggregator.estimation.channels import channel_for
-from aggregator.estimation.estimators import (
-    STARTS,
-    _fold_steps,
-    _FoldSteps,
-    cross_validated_ibu,
-    held_out_folds,
-)
+from aggregator.estimation import IBU, channel_for, estimate, ibu
+from aggregator.estimation.ibu import IBUSteps, _Folds, held_out_folds
 from aggregator.estimation.intervals import REFERENCE_MAX_STEPS, confidence_interval
 from aggregator.estimation.ordinal import GeometricChannel
 from shared.mechanisms import Geometric, Mechanism
@@ -202,9 +195,9 @@ def test_the_folds_and_the_refits_run_side_by_side_with_the_same_results(monkeyp
     channel = channel_for(mechanism)
     generator = np.random.default_rng(1)
     counts = generator.multinomial(1000, generator.dirichlet(np.full(11, 0.1))).astype(float)
-    fitted = cross_validated_ibu(channel).fit(counts, channel)
-    steps = sum(run.n_iter_ for run in fitted.runs_)
-    assert steps > 3000  # the case that was slow
+    fitted = IBU().fit(counts, channel)
+    steps = fitted.n_iter_
+    assert steps > 1000  # the case that was slow
     products = 0
     forward = GeometricChannel.forward
 
@@ -217,24 +210,26 @@ def test_the_folds_and_the_refits_run_side_by_side_with_the_same_results(monkeyp
     result = estimate(mechanism, counts, method="ibu")
     monkeypatch.undo()
     np.testing.assert_array_equal(result.frequencies, fitted.frequencies_)
-    # One product per step of the two fits, of the refits and of the folds (which run on past
-    # the chosen counts by at most a quarter of them), and of the reference fit and its noise
-    # (at most 2,000 steps each); one row at a time it took 29 per step.
-    assert products < 4 * steps + 2 * REFERENCE_MAX_STEPS, (products, steps)
+    # One product per step of the fit, of the refits and of the 10-fold and 2-fold folds
+    # (which run on past the chosen counts by at most a quarter of them), and of the reference
+    # fit and its noise (at most 2,000 steps each); one row at a time it took 29 per step.
+    assert products < 5 * steps + 2 * REFERENCE_MAX_STEPS, (products, steps)
 
     # Side by side as one at a time: the folds' steps, the replays and the intervals.
     train = counts - held_out_folds(counts, 10, 0)
-    for start in STARTS:
-        together, apart = _fold_steps(channel, train, start), _FoldSteps(channel, train, start)
-        together.advance(50)
-        apart.advance(50)
-        np.testing.assert_allclose(together.predicted(), apart.predicted(), rtol=1e-13)
+    together = _Folds(channel, train)
+    assert together._batch is not None
+    together.advance(50)
+    for row, fold in zip(together.predicted(), train, strict=True):
+        apart = IBUSteps(channel, fold)
+        apart.advance(50, 0.0)
+        np.testing.assert_allclose(row, apart.predicted, rtol=1e-13)
     redrawn = generator.multinomial(1000, np.full(11, 1 / 11), size=4).astype(float)
     rows = fitted.replay(redrawn, channel)
     for row, again in zip(redrawn, rows, strict=True):
         np.testing.assert_allclose(fitted.replay(row, channel), again, rtol=1e-12)
     # A wide range steps fewer rows side by side (memory), with the same results.
-    monkeypatch.setattr(estimators, "SIDE_BY_SIDE_VALUES", 3 * 11)
+    monkeypatch.setattr(ibu, "SIDE_BY_SIDE_VALUES", 3 * 11)
     np.testing.assert_array_equal(fitted.replay(redrawn, channel), rows)
     monkeypatch.undo()
 

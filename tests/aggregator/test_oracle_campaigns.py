@@ -140,7 +140,7 @@ def test_the_methods_offered_are_the_methods_accepted():
     assert "ibu" not in applicable_methods(large)  # the dashboard's menu leaves it out
     assert not_applicable(large, "ibu") is not None
     assert "ibu" in applicable_methods(small) and not_applicable(small, "ibu") is None
-    assert "empirical_bayes" not in applicable_methods(small)
+    assert "mle" in applicable_methods(small) and "mle" not in applicable_methods(large)
 
 
 def test_ibu_runs_for_a_small_olh_campaign(client, admin, analyst):

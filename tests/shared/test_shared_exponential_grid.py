@@ -13,7 +13,7 @@ import pytest
 from shared_stats import GOF_ALPHA, chi_square_gof, small_grid
 from test_shared_exponential_grid_privacy import log_law
 
-from aggregator.estimation.channels import GridKernelChannel, ManhattanKernelChannel, channel_for
+from aggregator.estimation import GridKernelChannel, ManhattanKernelChannel, channel_for
 from aggregator.estimation.grid_kernel import euclidean_kernel, mean_displacement_cells
 from aggregator.estimation.ordinal import ManhattanGridChannel
 from shared.mechanisms import INV_SQRT2_BELOW, ROOT_BITS, ExponentialGrid, ceil_root

@@ -37,7 +37,7 @@ import numpy as np
 import pytest
 from shared_stats import GOF_ALPHA, chi_square_gof, scalar_counts, small_grid
 
-from aggregator.estimation.channels import channel_for
+from aggregator.estimation import channel_for
 from shared.mechanisms import ExponentialGrid
 from shared.rng import RandomSource
 from shared.spec import EUCLIDEAN, GRID_METRICS, MANHATTAN

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from shared_stats import GOF_ALPHA, chi_square_gof, scalar_counts
 
-from aggregator.estimation.channels import channel_for
+from aggregator.estimation import channel_for
 from shared.mechanisms import Geometric
 from shared.rng import RandomSource, discrete_laplace
 

@@ -28,7 +28,7 @@ from shared_stats import (
     small_grid,
 )
 
-from aggregator.estimation.channels import PlanarLaplaceChannel
+from aggregator.estimation import PlanarLaplaceChannel
 from shared.errors import ReportError
 from shared.exactness import keep_weight
 from shared.geo import Grid, Region

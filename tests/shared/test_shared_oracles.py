@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from shared_stats import GOF_ALPHA, chi_square_gof, scalar_counts
 
-from aggregator.estimation.channels import channel_for
+from aggregator.estimation import channel_for
 from aggregator.estimation.oracles import OLHChannel, olh_buckets, oue_estimate
 from shared.domain import Domain
 from shared.errors import ReportError

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 from shared_stats import GOF_ALPHA, chi_square_gof, scalar_counts
 
-from aggregator.estimation.channels import channel_for
+from aggregator.estimation import channel_for
 from shared.exactness import keep_weight
 from shared.mechanisms import HadamardResponse
 from shared.oracles import OLH, OUE

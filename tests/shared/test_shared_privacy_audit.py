@@ -49,7 +49,7 @@ from shared_stats import (
     small_grid,
 )
 
-from aggregator.estimation.channels import PlanarLaplaceChannel
+from aggregator.estimation import PlanarLaplaceChannel
 from shared.mechanisms import KRR, PlanarLaplace, RandomizedResponse
 
 N_AUDIT = 1_000_000
