@@ -20,6 +20,7 @@ from typing import Any
 from shared.errors import SpecError
 from shared.exactness import check_planar_epsilon, krr_weights
 from shared.geo import Grid, Region
+from shared.periods import DEFAULT_PERIOD, PERIODS
 from shared.schema import Array, Boolean, Descriptor, Number, Object, String
 
 RR = "rr"
@@ -79,6 +80,12 @@ CAMPAIGN_ID = String(
     pattern_text="1-64 characters of a-z, 0-9, '-' or '_', starting with a letter or digit",
 )
 _TITLE = String(max_length=MAX_TITLE_LENGTH)
+PERIOD = String(
+    enum=PERIODS,
+    description="how often a device may report: once in the campaign's life (the default), "
+    "once per UTC day or once per ISO week (UTC); a device's repeats within a period re-send "
+    "its report for the period, which the server counts once",
+)
 _ENROLLMENT_REQUIRED = Boolean(
     description="reports need a single-use enrollment token issued by the admin"
 )
@@ -153,11 +160,14 @@ _COMMON: dict[str, Descriptor] = {
     "title": _TITLE,
     "enrollment_required": _ENROLLMENT_REQUIRED,
 }
+# A spec's fields that are not a request's for a campaign without a mechanism (ADVISED_SCHEMA).
+_SPEC_ONLY: dict[str, Descriptor] = {"period": PERIOD}
 # Each mechanism's spec as one object: what the server's OpenAPI document shows.
 SPEC_SCHEMAS = {
     RR: Object(
         {
             **_COMMON,
+            **_SPEC_ONLY,
             "mechanism": String(enum=(RR,)),
             "epsilon": _CATEGORICAL_EPSILON,
             "domain": _RR_LABELS,
@@ -168,6 +178,7 @@ SPEC_SCHEMAS = {
     KRR: Object(
         {
             **_COMMON,
+            **_SPEC_ONLY,
             "mechanism": String(enum=(KRR,)),
             "epsilon": _CATEGORICAL_EPSILON,
             "domain": _LABELS,
@@ -178,6 +189,7 @@ SPEC_SCHEMAS = {
     PLANAR_LAPLACE: Object(
         {
             **_COMMON,
+            **_SPEC_ONLY,
             "mechanism": String(enum=(PLANAR_LAPLACE,)),
             "epsilon": _PLANAR_EPSILON,
             "region": REGION,
@@ -191,6 +203,7 @@ SPEC_SCHEMAS = {
     EXPONENTIAL_GRID: Object(
         {
             **_COMMON,
+            **_SPEC_ONLY,
             "mechanism": String(enum=(EXPONENTIAL_GRID,)),
             "epsilon": _GRID_EPSILON,
             "region": REGION,
@@ -204,6 +217,7 @@ SPEC_SCHEMAS = {
     GEOMETRIC: Object(
         {
             **_COMMON,
+            **_SPEC_ONLY,
             "mechanism": String(enum=(GEOMETRIC,)),
             "epsilon": _GEOMETRIC_EPSILON,
             "lo": _BOUND,
@@ -217,6 +231,7 @@ SPEC_SCHEMAS = {
         name: Object(
             {
                 **_COMMON,
+                **_SPEC_ONLY,
                 "mechanism": String(enum=(name,)),
                 "epsilon": _CATEGORICAL_EPSILON,
                 "domain": _ORACLE_LABELS,
@@ -351,6 +366,7 @@ class CampaignSpec:
     metric: str | None = None
     domain_size: int | None = None
     enrollment_required: bool = False
+    period: str = DEFAULT_PERIOD
 
     @classmethod
     def from_dict(cls, data: Any, *, stored: bool = False) -> CampaignSpec:
@@ -381,7 +397,13 @@ class CampaignSpec:
         enrollment = _ENROLLMENT_REQUIRED.check(
             data.get("enrollment_required", False), "enrollment_required", SpecError
         )
-        common = {"id": campaign_id, "title": title, "enrollment_required": enrollment}
+        period = PERIOD.check(data.get("period", DEFAULT_PERIOD), "period", SpecError)
+        common = {
+            "id": campaign_id,
+            "title": title,
+            "enrollment_required": enrollment,
+            "period": period,
+        }
         if mechanism != GEOMETRIC:
             for field in _RANGE_FIELDS:
                 if field in data:
@@ -584,6 +606,9 @@ class CampaignSpec:
             out["domain_size"] = self.domain_size
         if self.enrollment_required:
             out["enrollment_required"] = True
+        if self.period != DEFAULT_PERIOD:
+            # The default is left out, so specs from before periods keep their hash.
+            out["period"] = self.period
         return out
 
     def canonical_json(self) -> bytes:

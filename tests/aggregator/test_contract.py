@@ -25,6 +25,7 @@ from aggregator.http.export import FORMAT, FORMATS
 from aggregator.http.routes import STATUS_UPDATE
 from aggregator.storage.store import STATUSES
 from shared.mechanisms import Mechanism
+from shared.periods import PERIODS
 from shared.spec import (
     CAMPAIGN_ID,
     MAX_BOUND,
@@ -490,6 +491,7 @@ def test_every_enforced_bound_is_in_the_served_document(served):
         ("enum", tuple(CONFIDENCE_LEVELS)),
         ("enum", tuple(FORMATS)),
         ("enum", tuple(STATUSES)),
+        ("enum", PERIODS),
         ("pattern", f"^{CAMPAIGN_ID.pattern}$"),
         ("pattern", f"^{ENROLLMENT_TOKEN.pattern}$"),
     ]:

@@ -12,6 +12,7 @@ import pytest
 from shared.errors import SpecError, ValidationError
 from shared.geo import EARTH_RADIUS_M
 from shared.spec import (
+    ADVISED_SCHEMA,
     KRR,
     MAX_CELLS,
     MAX_DOMAIN,
@@ -21,6 +22,7 @@ from shared.spec import (
     RR,
     RR_DEFAULT_DOMAIN,
     SERVER_FIELDS,
+    SPEC_SCHEMAS,
     CampaignSpec,
 )
 
@@ -188,6 +190,45 @@ def test_bad_mechanisms(mechanism):
 @pytest.mark.parametrize("value", [1, "true", None])
 def test_enrollment_required_must_be_boolean(value):
     rejected(with_changes(KRR_SPEC, enrollment_required=value), "enrollment_required")
+
+
+@pytest.mark.parametrize("base", [KRR_SPEC, PLANAR_SPEC], ids=["krr", "planar"])
+@pytest.mark.parametrize("period", ["once", "day", "week"])
+def test_every_mechanism_takes_a_reporting_period(base, period):
+    spec = CampaignSpec.from_dict(with_changes(base, period=period))
+    assert spec.period == period
+    assert CampaignSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_the_period_defaults_to_once_and_leaves_the_hash_alone():
+    """Specs from before periods mean ``once`` and keep the hash their clients pinned."""
+    spec = CampaignSpec.from_dict(KRR_SPEC)
+    assert spec.period == "once"
+    explicit = CampaignSpec.from_dict(with_changes(KRR_SPEC, period="once"))
+    assert explicit == spec and explicit.canonical_json() == KRR_CANONICAL
+    assert explicit.spec_hash == KRR_HASH
+    weekly = CampaignSpec.from_dict(with_changes(KRR_SPEC, period="week"))
+    assert b'"period":"week"' in weekly.canonical_json() and weekly.spec_hash != KRR_HASH
+    daily = CampaignSpec.from_dict(with_changes(KRR_SPEC, period="day"))
+    assert len({spec.spec_hash, daily.spec_hash, weekly.spec_hash}) == 3
+
+
+@pytest.mark.parametrize("value", ["month", "Day", "daily", "", None, 1, True, ["day"]])
+def test_an_unknown_period_is_refused(value):
+    with pytest.raises(SpecError, match="period must be one of once, day, week") as info:
+        CampaignSpec.from_dict(with_changes(KRR_SPEC, period=value))
+    assert info.value.field == "period"
+
+
+def test_the_period_is_described_for_every_mechanism_and_not_for_an_advised_campaign():
+    for schema in SPEC_SCHEMAS.values():
+        described = schema.schema()["properties"]["period"]
+        assert described["enum"] == ["once", "day", "week"]
+        assert "once" in described["description"]
+    # A campaign created without a mechanism does not take one (it would be lost on the way).
+    assert "period" not in ADVISED_SCHEMA.properties
+    with pytest.raises(SpecError, match="unknown field 'period'"):
+        ADVISED_SCHEMA.check({"id": "x", "title": "t", "period": "day"}, None, SpecError)
 
 
 BAD_EPSILONS = [
