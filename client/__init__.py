@@ -4,6 +4,7 @@ Re-exports only; see :mod:`client.reporter` for the pipeline.
 """
 
 from client.errors import (
+    AlreadyReported,
     BudgetExceeded,
     CampaignClosed,
     CampaignNotFound,
@@ -23,6 +24,7 @@ from client.reporter import Reporter, ReportResult
 from client.state import default_state_dir
 
 __all__ = [
+    "AlreadyReported",
     "BudgetExceeded",
     "CampaignClosed",
     "CampaignNotFound",

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from client.errors import ClientError
+from client.ledger import period_rule, period_when
 from client.policy import (
     DEFAULT_LOCATION_RADIUS_M,
     DEFAULT_MAX_EPSILON,
@@ -23,7 +24,7 @@ from client.policy import (
     DEFAULT_VALUE_RADIUS,
     Policy,
 )
-from client.reporter import DRY_RUN, DUPLICATE, QUEUED, Reporter
+from client.reporter import ALREADY_REPORTED, DRY_RUN, DUPLICATE, QUEUED, Reporter, ReportResult
 from client.transport import DEFAULT_TIMEOUT
 from shared.errors import LDPError, ValidationError
 from shared.schema import is_positive_finite
@@ -251,7 +252,24 @@ def report(
             f"This would be POSTed to {printable(result.url)}:"
         )
         click.echo(json.dumps(result.payload, indent=2))
-        click.echo("(the report_id is drawn afresh for every real report; the value is memoized)")
+        if result.repeat:
+            click.echo(f"{_already_reported(result)} This is that report: {result.detail}.")
+        else:
+            click.echo(
+                "(the report_id is this device's for the campaign's period, so the server counts "
+                "it once; the value is memoized)"
+            )
+    elif result.repeat:
+        if result.outcome == ALREADY_REPORTED:
+            then = "The server has that report, so nothing was sent again."
+        elif result.outcome == QUEUED:
+            then = (
+                f"That report waits on this device ({printable(result.detail)}); "
+                "`ldp-client flush` sends it."
+            )
+        else:
+            then = "Re-sent the same report (the server counts it once)."
+        click.echo(f"{_already_reported(result)} {then}")
     elif result.outcome == QUEUED:
         click.echo(
             f"Queued on this device: {printable(result.detail)}. "
@@ -261,12 +279,22 @@ def report(
         click.echo("The server already had this report.")
     else:
         click.echo(f"Sent a noisy report to {result.campaign_id}.")
-    if result.memoized:
+    if result.repeat:
+        click.echo("No budget spent.")
+    elif result.memoized:
         click.echo("Same answer as before: the same noisy report, no budget spent.")
     else:
         verb = "Would spend" if result.outcome == DRY_RUN else "Spent"
         click.echo(f"{verb} epsilon {result.charged:.4g}.")
     click.echo(f"Budget left: {result.budget_left:.4g} of {obj.policy.total_budget:.4g}.")
+
+
+def _already_reported(result: ReportResult) -> str:
+    """The first sentence about a repeat within a period: where, when, and the campaign's rule."""
+    return (
+        f"Already reported to {result.campaign_id}{period_when(result.period, result.period_key)}; "
+        f"it takes {period_rule(result.period)}."
+    )
 
 
 @cli.command()

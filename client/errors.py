@@ -11,6 +11,8 @@ The tree (``LDPError`` and ``ReportError`` come from :mod:`shared.errors`)::
           │    ├── EpsilonCapExceeded  the campaign's epsilon is above the per-report cap
           │    ├── BudgetExceeded      the report would take the ledger past the total budget
           │    └── SpecChanged         the server now serves another spec for a pinned campaign
+          ├── AlreadyReported        another answer in a period this device already reported in
+          │                          (the campaign counts a device once per period)
           ├── ServerError            the server answered, but not with something usable
           │    ├── CampaignNotFound    404
           │    ├── CampaignClosed      the campaign is closed (status or 409)
@@ -51,6 +53,16 @@ class BudgetExceeded(PolicyError):
 
 class SpecChanged(PolicyError):
     code = "spec_changed"
+
+
+class AlreadyReported(ClientError):
+    """The campaign has this device's report for the period, made with another answer.
+
+    A campaign counts each device at most once per period (``once``: its whole
+    life), so a changed answer waits for the next period; nothing was spent or sent.
+    """
+
+    code = "already_reported"
 
 
 class ServerError(ClientError):

@@ -10,6 +10,9 @@ The rules, all enforced before anything is spent or sent:
 
 - a campaign whose report costs more than the policy's per-report cap is refused;
 - a campaign whose spec differs from the pinned one is refused;
+- a campaign counts a device at most once per period (its spec's ``period``): a repeat
+  of the period's answer is that period's report again, and another answer is refused
+  until the next period;
 - a value reported before in the campaign costs nothing (its report is memoized);
 - a new value that would take the total past the policy's budget is refused.
 """
@@ -20,9 +23,17 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from client.errors import BudgetExceeded, ClientError, EpsilonCapExceeded, SpecChanged, StateError
+from client.errors import (
+    AlreadyReported,
+    BudgetExceeded,
+    ClientError,
+    EpsilonCapExceeded,
+    SpecChanged,
+    StateError,
+)
 from client.policy import Policy
-from client.state import CampaignRecord, State
+from client.state import CampaignRecord, PeriodReport, State
+from shared.periods import DAY, ONCE, next_period_start
 from shared.spec import GEOMETRIC, GRID_MECHANISMS, PLANAR_LAPLACE, CampaignSpec
 
 # Relative slack for float sums when comparing with the budget and the cap.
@@ -31,11 +42,16 @@ SLACK = 1e-9
 
 @dataclass(frozen=True)
 class Charge:
-    """What a report costs: ``epsilon`` (0 when ``memoized``, the value was reported before)."""
+    """What a report costs: ``epsilon`` (0 when ``memoized``, the value was reported before).
+
+    ``repeat`` is the period's report when the device already made it with this
+    answer: that report is the one to send again, nothing new is made.
+    """
 
     tag: str
     epsilon: float
     memoized: bool
+    repeat: PeriodReport | None = None
 
 
 class Ledger:
@@ -68,13 +84,19 @@ class Ledger:
             )
         return cost
 
-    def charge(self, state: State, key: str, spec: CampaignSpec, tag: str, cost: float) -> Charge:
-        """What reporting the value tagged ``tag`` would spend; nothing is changed.
+    def charge(
+        self, state: State, key: str, spec: CampaignSpec, tag: str, cost: float, period: str
+    ) -> Charge:
+        """What reporting the value tagged ``tag`` in ``period`` (a period key) would spend.
+
+        Nothing is changed.
 
         Raises
         ------
         SpecChanged
             The campaign is pinned to another spec.
+        AlreadyReported
+            The device reported another value in this period.
         BudgetExceeded
             A new value that would take the total spent past the budget.
         """
@@ -87,6 +109,13 @@ class Ledger:
                 f"`ldp-client forget {record.campaign_id}` (weakens longitudinal protection)",
                 field="spec_hash",
             )
+        reported = None if record is None else record.period_report
+        if reported is not None and reported.period == period:
+            if reported.tag != tag:
+                raise AlreadyReported(
+                    changed_answer_message(spec.id, spec.period, period), field="value"
+                )
+            return Charge(tag=tag, epsilon=0.0, memoized=True, repeat=reported)
         if record is not None and tag in record.charges:
             return Charge(tag=tag, epsilon=0.0, memoized=True)
         spent = state.total_spent
@@ -101,9 +130,16 @@ class Ledger:
 
     @staticmethod
     def record(
-        state: State, key: str, server: str, spec: CampaignSpec, charge: Charge, now: float
+        state: State,
+        key: str,
+        server: str,
+        spec: CampaignSpec,
+        charge: Charge,
+        now: float,
+        report: PeriodReport | None = None,
     ) -> None:
-        """Pin the campaign if it is new, and book ``charge`` (from :meth:`charge`) against it."""
+        """Pin the campaign if it is new, book ``charge`` (from :meth:`charge`) against it,
+        and keep ``report`` as the campaign's report in its period."""
         record = state.campaigns.get(key)
         if record is None:
             record = CampaignRecord(
@@ -116,6 +152,8 @@ class Ledger:
             state.campaigns[key] = record
         if not charge.memoized:
             record.charges[charge.tag] = charge.epsilon
+        if report is not None:
+            record.period_report = report
 
     @staticmethod
     def forget(state: State, key: str, server: str, campaign_id: str) -> float:
@@ -156,11 +194,14 @@ class Ledger:
         rows = []
         for _key, record in sorted(state.campaigns.items()):
             spec = pinned_spec(record)
+            reported = record.period_report
             rows.append(
                 {
                     "campaign": record.campaign_id,
                     "server": record.server,
                     "mechanism": spec.mechanism,
+                    "period": spec.period,
+                    "last_reported_period": None if reported is None else reported.period,
                     "epsilon": spec.epsilon,
                     "cost_per_value": self.policy.cost(spec),
                     "values_reported": len(record.charges),
@@ -201,3 +242,35 @@ def pinned_spec(record: CampaignRecord) -> CampaignSpec:
     if spec.spec_hash != record.spec_hash:
         raise StateError(f"the pinned spec of {record.campaign_id!r} does not match its hash")
     return spec
+
+
+def period_rule(period: str) -> str:
+    """A campaign's period as a rule: "one report per device per day (UTC)", ..."""
+    if period == ONCE:
+        return "one report per device"
+    if period == DAY:
+        return "one report per device per day (UTC)"
+    return "one report per device per ISO week (UTC)"
+
+
+def period_when(period: str, key: str) -> str:
+    """The current period (``key``) after a verb: "", " today (2025-01-15)", " this week (...)"."""
+    if period == ONCE:
+        return ""
+    if period == DAY:
+        return f" today ({key})"
+    return f" this week ({key})"
+
+
+def changed_answer_message(campaign_id: str, period: str, key: str) -> str:
+    """Why another answer in a period already reported is refused, and when it can be sent."""
+    start = next_period_start(period, key)
+    if start is None:
+        then = "a changed answer is not sent"
+    else:
+        then = f"a changed answer can be reported from {start:%Y-%m-%d %H:%M} UTC"
+    return (
+        f"campaign {campaign_id!r} takes {period_rule(period)}, and this device already "
+        f"reported to it{period_when(period, key)} with another answer: that report stands, "
+        f"and {then} (nothing was spent or sent)"
+    )

@@ -21,7 +21,12 @@ inputs give the same message.
 
 The ledger needs to know whether a value was reported before without storing
 the value: it keeps :func:`value_tag`, another HMAC under the secret with
-its own label. Whoever holds the whole state directory, secret included, can
+its own label.
+
+A report's id is derived the same way, from the campaign, the spec hash and the
+reporting period (:func:`report_id`): the device's reports within one period
+carry one id, which the server counts once, and ids of different periods look
+unrelated to anyone without the secret. Whoever holds the whole state directory, secret included, can
 test candidate values against those tags, so the directory is as sensitive as
 the answers themselves and is kept readable by its owner only.
 """
@@ -29,17 +34,22 @@ the answers themselves and is kept readable by its owner only.
 from __future__ import annotations
 
 import hmac
+import uuid
 
 SECRET_BYTES = 32
 _MEMO_LABEL = b"ldp-collect/memo/v1"
 _SEEN_LABEL = b"ldp-collect/seen/v1"
+_REPORT_ID_LABEL = b"ldp-collect/report-id/v1"
+
+
+def _fields(*parts: bytes) -> bytes:
+    return b"".join(len(part).to_bytes(4, "big") + part for part in parts)
 
 
 def _message(label: bytes, campaign_id: str, spec_hash: str, index: int) -> bytes:
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise ValueError(f"the input index must be an integer >= 0, got {index!r}")
-    parts = [label, campaign_id.encode("utf-8"), spec_hash.encode("ascii"), b"%d" % index]
-    return b"".join(len(part).to_bytes(4, "big") + part for part in parts)
+    return _fields(label, campaign_id.encode("utf-8"), spec_hash.encode("ascii"), b"%d" % index)
 
 
 def _check_secret(secret: bytes) -> None:
@@ -90,3 +100,19 @@ def value_tag(secret: bytes, campaign_id: str, spec_hash: str, index: int) -> st
     """A keyed fingerprint of (campaign, true value) for the ledger; not the value itself."""
     _check_secret(secret)
     return hmac.digest(secret, _message(_SEEN_LABEL, campaign_id, spec_hash, index), "sha256").hex()
+
+
+def report_id(secret: bytes, campaign_id: str, spec_hash: str, period: str) -> str:
+    """The id of this user's report in a campaign's period (a period key such as "2025-W03").
+
+    A UUID (version 4 in form, its other 122 bits from HMAC-SHA256 under the secret):
+    the same for every report of the period, unrelated across periods and campaigns.
+    """
+    _check_secret(secret)
+    message = _fields(
+        _REPORT_ID_LABEL,
+        campaign_id.encode("utf-8"),
+        spec_hash.encode("ascii"),
+        period.encode("utf-8"),
+    )
+    return str(uuid.UUID(bytes=hmac.digest(secret, message, "sha256")[:16], version=4))

@@ -9,7 +9,9 @@ A report enters the queue (:meth:`Outbox.put`) in the same state transaction tha
   next attempt waits an exponential backoff with jitter (:func:`backoff_delay`), never less
   than the server's ``Retry-After``;
 - the server refuses it for good (a closed campaign, say): it moves to the rejected list, kept
-  for the record (the last :data:`MAX_REJECTED_KEPT`).
+  for the record (the last :data:`MAX_REJECTED_KEPT`). If it was its campaign's report for
+  the period, the campaign no longer holds it as such: the server did not count it, so the
+  device may report in that period again (with another enrollment token, say).
 
 A report being sent by one process is not due for another process's periodic flush for
 :data:`IN_FLIGHT_S`; a process that dies while sending leaves the report queued, and a later
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from client.errors import ServerError, ServerUnavailable, StateError
-from client.state import QueuedReport, RejectedReport, State, StateStore
+from client.state import QueuedReport, RejectedReport, State, StateStore, campaign_key
 from client.transport import AggregatorAPI, Delivery, normalize_server_url
 
 MAX_QUEUE = 10_000
@@ -264,6 +266,15 @@ class Outbox:
                     state.rejected.append(
                         RejectedReport(report=entry, error=error, rejected_at=now)
                     )
+                    # Not counted by the server: no longer the campaign's report for the period.
+                    record = state.campaigns.get(campaign_key(entry.server, entry.campaign_id))
+                    reported = None if record is None else record.period_report
+                    if (
+                        record is not None
+                        and reported is not None
+                        and reported.payload == entry.payload
+                    ):
+                        record.period_report = None
                 else:
                     keep.append(entry)
             state.queue = keep

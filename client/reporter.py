@@ -6,11 +6,14 @@ The order of :meth:`Reporter.report` is what makes the guarantees hold:
    be reached, fall back to the spec pinned at first use, or stop;
 2. refuse, before anything is spent or sent, a campaign above the
    per-report cap, a value outside the campaign's domain or region, a spec
-   that differs from the pinned one, a report that would exceed the budget
+   that differs from the pinned one, another answer in a period the device
+   already reported in, a report that would exceed the budget
    (:mod:`client.ledger`);
-3. derive the memoized noisy report (:mod:`client.memo`);
+3. derive the memoized noisy report and the period's ``report_id``
+   (:mod:`client.memo`);
 4. in one atomic write of the state (:mod:`client.state`): pin the spec,
-   charge the ledger, put the payload on the queue with a fresh ``report_id``;
+   charge the ledger, keep the payload as the campaign's report for the
+   period and put it on the queue;
 5. send it; take it off the queue when the server acknowledges it (accepted
    or duplicate), keep it queued with a backoff if the server is unavailable,
    move it to the rejected list if the server refuses it for good
@@ -19,6 +22,15 @@ The order of :meth:`Reporter.report` is what makes the guarantees hold:
 A crash between 4 and 5 loses nothing: the next :meth:`Reporter.flush` sends
 the queued payload with its original ``report_id``, and the server counts a
 report id once however often it arrives.
+
+A campaign counts a device at most once per period (its spec's ``period``:
+``once``, ``day`` or ``week``, computed in UTC from :attr:`Reporter.clock`).
+The same answer again within the period is the period's report again: sent
+again, same ``report_id``, while it waits on the device, and not sent at all
+once the server has acknowledged it. Another answer within the period is
+refused (:class:`client.errors.AlreadyReported`). A new period makes a new
+report with a new ``report_id``; its noisy value is still memoized per true
+value, so an unchanged answer costs no budget.
 """
 
 from __future__ import annotations
@@ -26,7 +38,6 @@ from __future__ import annotations
 import os
 import re
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -35,13 +46,21 @@ import requests
 
 from client.errors import ClientError, ServerError, ServerUnavailable
 from client.ledger import Charge, Ledger, pinned_spec
-from client.memo import memo_rng, value_tag
-from client.outbox import FlushResult, Outbox
+from client.memo import memo_rng, report_id, value_tag
+from client.outbox import IN_FLIGHT_S, FlushResult, Outbox
 from client.policy import Policy
-from client.state import State, StateStore, campaign_key, default_state_dir
+from client.state import (
+    PeriodReport,
+    QueuedReport,
+    State,
+    StateStore,
+    campaign_key,
+    default_state_dir,
+)
 from client.transport import DEFAULT_TIMEOUT, AggregatorAPI, check_campaign_id, normalize_server_url
 from shared.errors import ReportError, ValidationError
 from shared.mechanisms import Geometric, Mechanism
+from shared.periods import ONCE, period_key
 from shared.spec import CampaignSpec
 
 # Enrollment tokens as the aggregator accepts them.
@@ -54,6 +73,7 @@ DELIVERED = "delivered"
 DUPLICATE = "duplicate"
 QUEUED = "queued"
 DRY_RUN = "dry_run"
+ALREADY_REPORTED = "already_reported"
 
 
 @dataclass(frozen=True)
@@ -61,8 +81,13 @@ class ReportResult:
     """What :meth:`Reporter.report` did. It holds the noisy payload, never the true value.
 
     ``outcome`` is ``"delivered"``, ``"duplicate"`` (the server had it
-    already), ``"queued"`` (kept on disk; ``detail`` says why) or
-    ``"dry_run"`` (nothing written, nothing sent).
+    already), ``"queued"`` (kept on disk; ``detail`` says why),
+    ``"already_reported"`` (the same answer in a period whose report the
+    server has acknowledged: nothing sent) or ``"dry_run"`` (nothing written,
+    nothing sent). ``period`` is the campaign's (``once``, ``day``, ``week``)
+    and ``period_key`` the current one's key (``once``, ``2025-01-15``,
+    ``2025-W03``); ``repeat`` says the payload is the report this device had
+    already made in the period, with the same answer.
     """
 
     campaign_id: str
@@ -75,6 +100,9 @@ class ReportResult:
     total_spent: float
     budget_left: float
     detail: str | None = None
+    period: str = ONCE
+    period_key: str = ONCE
+    repeat: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +116,9 @@ class ReportResult:
             "total_spent": self.total_spent,
             "budget_left": self.budget_left,
             "detail": self.detail,
+            "period": self.period,
+            "period_key": self.period_key,
+            "repeat": self.repeat,
         }
 
 
@@ -100,6 +131,7 @@ class _Prepared:
     offline_retry_after: float | None
     cost: float
     tag: str
+    period_key: str
     payload: dict[str, Any]
 
 
@@ -126,7 +158,8 @@ class Reporter:
     timeout : float or (connect, read)
         Applied to every request.
     clock : callable
-        Seconds since the epoch; injectable for tests of the backoff.
+        Seconds since the epoch: the backoff's, and the reporting period's (in UTC);
+        injectable for tests.
     lock_timeout : float
         Seconds to wait for another process holding the state directory's lock.
     """
@@ -190,9 +223,14 @@ class Reporter:
         range (or its decimal text, as typed on a command line) for ``geometric``
         ones and of ``0 .. domain_size - 1`` for ``olh`` or ``hadamard_response``
         ones with a domain size, and ``{"lat", "lon"}`` (or a ``(lat, lon)`` pair)
-        for location campaigns. With ``dry_run`` every check runs and the exact payload is returned, but nothing is
-        written (beyond creating the user secret) and nothing is sent; the
-        real report carries a fresh ``report_id``.
+        for location campaigns. With ``dry_run`` every check runs and the exact
+        payload is returned, but nothing is written (beyond creating the user
+        secret) and nothing is sent.
+
+        The campaign counts this device once per period: the same answer again
+        in the period is the period's report again (``repeat``), sent again with
+        its ``report_id`` only while it waits on the device; once the server has
+        acknowledged it the outcome is ``"already_reported"`` and nothing is sent.
 
         Raises
         ------
@@ -200,40 +238,79 @@ class Reporter:
             The value does not fit the campaign; nothing spent or sent.
         PolicyError
             Refused by the user's policy; nothing spent or sent.
+        AlreadyReported
+            Another answer in a period this device already reported in; nothing
+            spent or sent.
         ServerError
             The server refused, or served something untrustworthy.
         ServerUnavailable
             The server cannot be reached and the campaign was never pinned.
         """
         campaign_id = check_campaign_id(campaign_id)
-        prepared = self._prepare(campaign_id, value)
+        now = self.clock()
+        prepared = self._prepare(campaign_id, value, now)
         url = self._api(self.server).reports_url(campaign_id)
         if dry_run:
             state = self.store.read()
             charge = self._charge(state, prepared)
+            detail = None
+            if charge.repeat is not None:
+                prepared.payload = dict(charge.repeat.payload)
+                if self._waiting(state, charge.repeat) is None:
+                    detail = "the server has it, so a real report sends nothing"
+                else:
+                    detail = "it still waits on this device, so a real report sends it again"
+            elif prepared.spec.enrollment_required:
+                prepared.payload["enrollment_token"] = self._next_token(state, prepared)
             spent = state.total_spent + charge.epsilon
-            return self._result(prepared, url, DRY_RUN, charge, spent)
+            return self._result(prepared, url, DRY_RUN, charge, spent, detail)
 
-        now = self.clock()
+        entry: QueuedReport | None
+        sending = prepared.online
+        detail = prepared.offline_reason
         with self.store.transaction() as state:
             charge = self._charge(state, prepared)
-            # Pay and queue in one write: a crash after it loses nothing, before it spends nothing.
-            self.ledger.record(state, prepared.key, self.server, prepared.spec, charge, now)
-            if prepared.spec.enrollment_required:
-                prepared.payload["enrollment_token"] = self._take_token(state, prepared)
-            entry = self.outbox.put(
-                state,
-                self.server,
-                campaign_id,
-                prepared.payload,
-                now=now,
-                sending=prepared.online,
-                retry_after=prepared.offline_retry_after,
-            )
+            if charge.repeat is not None:
+                # The period's report again: no new report, no new id.
+                prepared.payload = dict(charge.repeat.payload)
+                entry = self._waiting(state, charge.repeat)
+                if entry is not None and sending:
+                    if entry.next_attempt_at > now:
+                        sending = False  # another process sends it, or the server asked to wait
+                        detail = f"its next attempt is due at {_utc_text(entry.next_attempt_at)}"
+                    else:
+                        entry.next_attempt_at = now + IN_FLIGHT_S
+            else:
+                if prepared.spec.enrollment_required:
+                    prepared.payload["enrollment_token"] = self._take_token(state, prepared)
+                # Pay and queue in one write: a crash after it loses nothing, before it spends
+                # nothing.
+                self.ledger.record(
+                    state,
+                    prepared.key,
+                    self.server,
+                    prepared.spec,
+                    charge,
+                    now,
+                    PeriodReport(prepared.period_key, prepared.tag, dict(prepared.payload)),
+                )
+                entry = self.outbox.put(
+                    state,
+                    self.server,
+                    campaign_id,
+                    prepared.payload,
+                    now=now,
+                    sending=sending,
+                    retry_after=prepared.offline_retry_after,
+                )
             spent = state.total_spent
 
-        if not prepared.online:
-            return self._result(prepared, url, QUEUED, charge, spent, prepared.offline_reason)
+        if entry is None:
+            if prepared.online and self.outbox.has_due(self.server, now):
+                self.flush(due_only=True, servers=[self.server])  # the server is reachable
+            return self._result(prepared, url, ALREADY_REPORTED, charge, spent)
+        if not sending:
+            return self._result(prepared, url, QUEUED, charge, spent, detail)
         try:
             delivery = self.outbox.send(entry)
         except ServerUnavailable as exc:
@@ -257,7 +334,14 @@ class Reporter:
             self.flush(due_only=True, servers=[self.server])
         return self._result(prepared, url, outcome, charge, spent)
 
-    def _prepare(self, campaign_id: str, value: Any) -> _Prepared:
+    def _waiting(self, state: State, reported: PeriodReport) -> QueuedReport | None:
+        """The queued entry of a period's report, or None once the server acknowledged it."""
+        for entry in state.queue:
+            if entry.server == self.server and entry.report_id == reported.report_id:
+                return entry
+        return None
+
+    def _prepare(self, campaign_id: str, value: Any, now: float) -> _Prepared:
         key = campaign_key(self.server, campaign_id)
         online, offline_reason, retry_after = True, None, None
         try:
@@ -275,7 +359,6 @@ class Reporter:
             retry_after = exc.retry_after
 
         cost = self.ledger.cost(spec)
-        extra = self._extra_fields(spec)
         mechanism = Mechanism.from_spec(spec)
         integers = isinstance(mechanism, Geometric) or spec.domain_size is not None
         if integers and isinstance(value, str):
@@ -291,8 +374,12 @@ class Reporter:
         secret = self.store.secret()
         rng = memo_rng(secret, spec.id, spec.spec_hash, index)
         noisy = mechanism.report_value(mechanism.perturb_index(index, rng))
-        payload = {"report_id": str(uuid.uuid4()), "value": noisy, "spec_hash": spec.spec_hash}
-        payload.update(extra)
+        period = period_key(spec.period, now)
+        payload = {
+            "report_id": report_id(secret, spec.id, spec.spec_hash, period),
+            "value": noisy,
+            "spec_hash": spec.spec_hash,
+        }
         return _Prepared(
             key=key,
             spec=spec,
@@ -301,11 +388,14 @@ class Reporter:
             offline_retry_after=retry_after,
             cost=cost,
             tag=value_tag(secret, spec.id, spec.spec_hash, index),
+            period_key=period,
             payload=payload,
         )
 
     def _charge(self, state: State, prepared: _Prepared) -> Charge:
-        return self.ledger.charge(state, prepared.key, prepared.spec, prepared.tag, prepared.cost)
+        return self.ledger.charge(
+            state, prepared.key, prepared.spec, prepared.tag, prepared.cost, prepared.period_key
+        )
 
     def _result(
         self,
@@ -327,6 +417,9 @@ class Reporter:
             total_spent=spent,
             budget_left=self.ledger.left(spent),
             detail=detail,
+            period=prepared.spec.period,
+            period_key=prepared.period_key,
+            repeat=charge.repeat is not None,
         )
 
     @staticmethod
@@ -347,19 +440,15 @@ class Reporter:
 
     # -- enrollment ----------------------------------------------------------------------------
 
-    def _extra_fields(self, spec: CampaignSpec) -> dict[str, Any]:
-        """Fields a report carries besides ``report_id``, ``value`` and ``spec_hash``.
+    def _next_token(self, state: State, prepared: _Prepared) -> str:
+        """The enrollment token a new report would carry (a dry run shows it); none is refused.
 
-        For a campaign that requires enrollment: the next unused token (the one
-        a dry run shows; the real report takes whichever is next when it is
-        queued). Without one the report is refused before anything is spent.
+        The real report takes whichever is next when it is queued (:meth:`_take_token`).
         """
-        if not spec.enrollment_required:
-            return {}
-        tokens = self.store.read().enrollments.get(campaign_key(self.server, spec.id))
+        tokens = state.enrollments.get(prepared.key)
         if not tokens:
-            raise ClientError(self._no_token_message(spec.id), code="enrollment_needed")
-        return {"enrollment_token": tokens[0]}
+            raise ClientError(self._no_token_message(prepared.spec.id), code="enrollment_needed")
+        return tokens[0]
 
     @staticmethod
     def _no_token_message(campaign_id: str) -> str:
@@ -440,7 +529,10 @@ class Reporter:
         The epsilon already spent stays counted in the total budget (the
         server keeps the reports). Afterwards the campaign is pinned afresh
         at the next report, whatever spec the server then serves, and a value
-        reported again is charged again. Queued reports are still delivered.
+        reported again is charged again. The record of the period's report goes
+        too: the next report is a new one, but under the same spec it carries
+        the same ``report_id`` in the same period, so the server still counts it
+        once. Queued reports are still delivered.
         """
         campaign_id = check_campaign_id(campaign_id)
         key = campaign_key(self.server, campaign_id)
@@ -453,3 +545,7 @@ def _integer_text(value: str) -> int | str:
     by the mechanism, which names the field without repeating the value)."""
     text = value.strip()
     return int(text) if _INTEGER_TEXT.fullmatch(text) else value
+
+
+def _utc_text(timestamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(timestamp))

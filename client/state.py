@@ -14,7 +14,8 @@ Two processes that report at the same time take the lock in turn.
 This module keeps the document; the rules that read and change it live in
 :mod:`client.ledger` (pins and budget) and :mod:`client.outbox` (the queue).
 The document never holds a true value: pins hold the campaign spec, the
-ledger holds costs keyed by :func:`client.memo.value_tag`, the queue holds
+ledger holds costs keyed by :func:`client.memo.value_tag` and each campaign's
+report in its current period (its noisy payload and value tag), the queue holds
 the noisy payloads exactly as they will be sent.
 """
 
@@ -64,8 +65,37 @@ def campaign_key(server: str, campaign_id: str) -> str:
 
 
 @dataclass
+class PeriodReport:
+    """The report this device made in a campaign's period, exactly as it was sent.
+
+    ``period`` is the period's key (:func:`shared.periods.period_key`), ``tag`` the
+    :func:`client.memo.value_tag` of the answer it carries.
+    """
+
+    period: str
+    tag: str
+    payload: dict[str, Any]
+
+    @property
+    def report_id(self) -> str:
+        return str(self.payload["report_id"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"period": self.period, "tag": self.tag, "payload": self.payload}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PeriodReport:
+        payload = _typed(data, "payload", dict)
+        if not isinstance(payload.get("report_id"), str):
+            raise ValueError("a period's report has no report_id")
+        return cls(
+            period=_typed(data, "period", str), tag=_typed(data, "tag", str), payload=payload
+        )
+
+
+@dataclass
 class CampaignRecord:
-    """A pinned campaign and what has been spent in it."""
+    """A pinned campaign, what has been spent in it, and its report in the latest period."""
 
     server: str
     campaign_id: str
@@ -74,6 +104,8 @@ class CampaignRecord:
     pinned_at: float
     # value tag -> epsilon charged for it
     charges: dict[str, float] = field(default_factory=dict)
+    # None before the first report, after a refusal of it, and in state written before periods.
+    period_report: PeriodReport | None = None
 
     @property
     def spent(self) -> float:
@@ -87,6 +119,7 @@ class CampaignRecord:
             "spec_hash": self.spec_hash,
             "pinned_at": self.pinned_at,
             "charges": self.charges,
+            "period_report": None if self.period_report is None else self.period_report.to_dict(),
         }
 
     @classmethod
@@ -101,6 +134,11 @@ class CampaignRecord:
                 str(tag): float(_number(cost))
                 for tag, cost in _typed(data, "charges", dict).items()
             },
+            period_report=(
+                None
+                if data.get("period_report") is None
+                else PeriodReport.from_dict(_typed(data, "period_report", dict))
+            ),
         )
 
 

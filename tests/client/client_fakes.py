@@ -28,6 +28,8 @@ KRR_SPEC = {
     "epsilon": 1.0,
     "domain": ["apple", "banana", "cherry", "durian"],
 }
+# One report per device per UTC day: the campaign for tests that answer one campaign repeatedly.
+DAILY_SPEC = {**KRR_SPEC, "id": "daily", "title": "Fruit today", "period": "day"}
 RR_SPEC = {"id": "smoker", "title": "Do you smoke?", "mechanism": "rr", "epsilon": 0.5}
 PLANAR_SPEC = {
     "id": "where",
@@ -37,6 +39,21 @@ PLANAR_SPEC = {
     "region": {"lat_min": 48.10, "lat_max": 48.15, "lon_min": 11.50, "lon_max": 11.60},
     "cell_size_m": 250.0,
 }
+
+
+class Clock:
+    """A device clock for tests: seconds since the epoch, moved on by hand."""
+
+    DAY_S = 86_400.0
+
+    def __init__(self, now: float = 1_736_899_200.0):  # 2025-01-15 00:00 UTC, a Wednesday
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def next_day(self) -> None:
+        self.now += self.DAY_S
 
 
 class Crash(BaseException):

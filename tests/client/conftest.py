@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from client_fakes import KRR_SPEC, PLANAR_SPEC, RR_SPEC, SERVER, FakeAggregator
+from client_fakes import DAILY_SPEC, KRR_SPEC, PLANAR_SPEC, RR_SPEC, SERVER, Clock, FakeAggregator
 
 from client import Policy, Reporter
 
@@ -14,7 +14,14 @@ def fake():
     aggregator.add(KRR_SPEC)
     aggregator.add(RR_SPEC)
     aggregator.add(PLANAR_SPEC)
+    aggregator.add(DAILY_SPEC)
     return aggregator
+
+
+@pytest.fixture
+def clock():
+    """The devices' clock, moved on by hand (``clock.next_day()``)."""
+    return Clock()
 
 
 @pytest.fixture

@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
+import uuid
 
 import pytest
 
-from client.memo import SECRET_BYTES, HmacRandom, memo_rng, value_tag
+from client.memo import SECRET_BYTES, HmacRandom, memo_rng, report_id, value_tag
 from shared.mechanisms import KRR, PlanarLaplace
 from shared.rng import randbelow
 from shared.spec import CampaignSpec
@@ -51,10 +52,30 @@ def test_the_ledger_tag_is_not_the_memo_stream():
     assert int(tag, 16) != memo_rng(SECRET, "c", HASH, 3).getrandbits(256)
 
 
+def test_the_report_id_is_one_per_period_and_unrelated_across_periods():
+    rid = report_id(SECRET, "c", HASH, "2025-W03")
+    assert rid == report_id(SECRET, "c", HASH, "2025-W03")
+    parsed = uuid.UUID(rid)
+    assert str(parsed) == rid and parsed.version == 4
+    others = [
+        report_id(SECRET, "c", HASH, "2025-W04"),
+        report_id(SECRET, "c", HASH, "once"),
+        report_id(SECRET, "d", HASH, "2025-W03"),
+        report_id(SECRET, "c", "cd" * 32, "2025-W03"),
+        report_id(bytes(32), "c", HASH, "2025-W03"),
+        report_id(SECRET, "c2", HASH, "025-W03"),  # no ambiguity between campaign and period
+    ]
+    assert rid not in others and len(set(others)) == len(others)
+    # Neither the ledger's tag nor the memo stream.
+    assert parsed.bytes[:6] != bytes.fromhex(value_tag(SECRET, "c", HASH, 0))[:6]
+
+
 @pytest.mark.parametrize("bad", [b"short", "x" * 32, bytes(33)])
 def test_secrets_of_the_wrong_size_are_refused(bad):
     with pytest.raises(ValueError, match="32 bytes"):
         memo_rng(bad, "c", HASH, 0)
+    with pytest.raises(ValueError, match="32 bytes"):
+        report_id(bad, "c", HASH, "once")
 
 
 def test_bits_are_uniform():

@@ -17,6 +17,7 @@ CLIENT_DIR = ROOT / "client"
 
 def test_all_is_pinned():
     assert client.__all__ == [
+        "AlreadyReported",
         "BudgetExceeded",
         "CampaignClosed",
         "CampaignNotFound",

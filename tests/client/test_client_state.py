@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from client import StateError
-from client.state import LOCK_FILE, SECRET_FILE, STATE_FILE, CampaignRecord, StateStore
+from client.state import (
+    LOCK_FILE,
+    SECRET_FILE,
+    STATE_FILE,
+    CampaignRecord,
+    PeriodReport,
+    StateStore,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,9 +99,30 @@ def test_round_trip(tmp_path):
             pinned_at=1.5,
             charges={"t1": 0.5, "t2": 0.25},
         )
+        state.campaigns["c@s"].period_report = PeriodReport(
+            period="2025-W03", tag="t1", payload={"report_id": "r", "value": "noisy"}
+        )
     loaded = store.read()
     assert loaded.campaigns["c@s"].spent == 0.75 and loaded.total_spent == 0.75
+    assert loaded.campaigns["c@s"].period_report == PeriodReport(
+        period="2025-W03", tag="t1", payload={"report_id": "r", "value": "noisy"}
+    )
     assert json.loads((tmp_path / STATE_FILE).read_text())["version"] == 1
+
+
+def test_state_written_before_periods_still_loads(tmp_path):
+    record = {
+        "server": "s",
+        "campaign_id": "c",
+        "spec": {"id": "c"},
+        "spec_hash": "h",
+        "pinned_at": 1.5,
+        "charges": {"t1": 0.5},
+    }
+    document = {"version": 1, "campaigns": {"c@s": record}, "queue": [], "rejected": []}
+    (tmp_path / STATE_FILE).write_text(json.dumps(document))
+    loaded = StateStore(tmp_path).read().campaigns["c@s"]
+    assert loaded.period_report is None and loaded.spent == 0.5
 
 
 def test_the_lock_times_out_with_a_clear_error(tmp_path):
