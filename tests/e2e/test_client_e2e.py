@@ -21,6 +21,7 @@ import requests
 from support import unique_id
 
 from client import (
+    AlreadyReported,
     BudgetExceeded,
     CampaignClosed,
     EpsilonCapExceeded,
@@ -29,25 +30,38 @@ from client import (
     ServerUnavailable,
     SpecChanged,
 )
+from client.outbox import BACKOFF_BASE_S
 from shared.errors import ReportError
 from shared.mechanisms import KRR
 from shared.spec import CampaignSpec
 
 LABELS = ["apple", "banana", "cherry", "durian"]
+DAY_S = 86_400.0
 
 
-def krr_campaign(live_server, epsilon: float = 1.0, labels: list[str] = LABELS) -> str:
+def krr_campaign(
+    live_server, epsilon: float = 1.0, labels: list[str] = LABELS, period: str | None = None
+) -> str:
     campaign_id = unique_id("fruit")
-    live_server.create_campaign(
-        {
-            "id": campaign_id,
-            "title": "Fruit",
-            "mechanism": "krr",
-            "epsilon": epsilon,
-            "domain": labels,
-        },
-    )
+    spec = {"id": campaign_id, "title": "Fruit", "mechanism": "krr", "epsilon": epsilon}
+    spec["domain"] = labels
+    if period is not None:
+        spec["period"] = period
+    live_server.create_campaign(spec)
     return campaign_id
+
+
+class Clock:
+    """A device clock moved on by hand: the reporting period is computed from it."""
+
+    def __init__(self) -> None:
+        self.now = time.time() // DAY_S * DAY_S + 3600.0  # 01:00 UTC today: far from midnight
+
+    def __call__(self) -> float:
+        return self.now
+
+    def next_day(self) -> None:
+        self.now += DAY_S
 
 
 def planar_campaign(live_server) -> str:
@@ -78,6 +92,17 @@ def counts(live_server, campaign_id: str) -> dict[str, int]:
 
 def total(live_server, campaign_id: str) -> int:
     return sum(counts(live_server, campaign_id).values())
+
+
+def counted_n(live_server, campaign_id: str) -> int:
+    """The campaign's ``n`` as the server serves it (the number its estimates are over)."""
+    response = requests.get(
+        f"{live_server.url}/api/v1/campaigns/{campaign_id}/counts",
+        headers={"Authorization": f"Bearer {live_server.analyst_token}"},
+        timeout=10,
+    )
+    assert response.status_code == 200, response.text
+    return int(response.json()["n"])
 
 
 class Proxy:
@@ -177,8 +202,13 @@ def proxy(live_server):
 def reporter_at(tmp_path):
     made = []
 
-    def make(url: str, policy: Policy | None = None, name: str = "device") -> Reporter:
-        reporter = Reporter(url, state_dir=str(tmp_path / name), policy=policy, timeout=(2, 10))
+    def make(
+        url: str, policy: Policy | None = None, name: str = "device", clock: Clock | None = None
+    ) -> Reporter:
+        extra = {} if clock is None else {"clock": clock}
+        reporter = Reporter(
+            url, state_dir=str(tmp_path / name), policy=policy, timeout=(2, 10), **extra
+        )
         made.append(reporter)
         return reporter
 
@@ -242,38 +272,90 @@ def test_a_location_report_is_a_grid_cell_the_server_accepts(live_server, report
     reporter = reporter_at(live_server.url)
     first = reporter.report(campaign_id, {"lat": 48.1234, "lon": 11.5678})
     again = reporter.report(campaign_id, {"lat": 48.1234, "lon": 11.5678})
-    assert first.outcome == again.outcome == "delivered"
-    assert again.payload["value"] == first.payload["value"] and again.charged == 0
-    assert total(live_server, campaign_id) == 2
+    assert (first.outcome, again.outcome) == ("delivered", "already_reported")
+    assert again.payload == first.payload and again.charged == 0
+    assert total(live_server, campaign_id) == 1
     with pytest.raises(ReportError, match="outside the campaign region"):
         reporter.report(campaign_id, {"lat": 48.2, "lon": 11.55})
+    assert total(live_server, campaign_id) == 1
+
+
+@pytest.mark.parametrize("period", [None, "day", "week"])
+def test_the_same_answer_twice_in_a_period_counts_the_device_once(live_server, reporter_at, period):
+    campaign_id = krr_campaign(live_server, period=period)
+    reporter = reporter_at(live_server.url, clock=Clock())
+    first = reporter.report(campaign_id, "banana")
+    second = reporter.report(campaign_id, "banana")
+    assert (first.outcome, second.outcome) == ("delivered", "already_reported")
+    assert second.payload == first.payload
+    assert (first.charged, second.charged) == (1.0, 0.0)
+    assert counts(live_server, campaign_id) == {first.payload["value"]: 1}
+    assert counted_n(live_server, campaign_id) == 1
+    assert reporter.status()["budget"]["spent"] == 1.0
+    with pytest.raises(AlreadyReported, match="nothing was spent or sent"):
+        reporter.report(campaign_id, "cherry")
+    assert total(live_server, campaign_id) == 1
+
+
+def test_a_repeat_after_a_lost_acknowledgement_is_counted_once(live_server, proxy, reporter_at):
+    """The server stored the day's report but the device never heard: the repeat re-sends it."""
+    campaign_id = krr_campaign(live_server, period="day")
+    clock = Clock()
+    reporter = reporter_at(proxy.url, clock=clock)
+    reporter.report(campaign_id, "apple")  # yesterday's: pins the campaign
+    clock.next_day()
+    proxy.stop()
+    queued = reporter.report(campaign_id, "banana")
+    assert queued.outcome == "queued"
+    proxy.mode = "swallow"  # the server stores it, the device never hears back
+    proxy.start()
+    assert reporter.flush().remaining == 1
+    assert total(live_server, campaign_id) == 2
+    proxy.mode = "forward"
+    clock.now += BACKOFF_BASE_S  # past the first retry's backoff, the same day
+    again = reporter.report(campaign_id, "banana")
+    assert (again.outcome, again.repeat, again.charged) == ("duplicate", True, 0.0)
+    assert again.payload == queued.payload
+    assert reporter.status()["queue"]["pending"] == 0
+    assert reporter.report(campaign_id, "banana").outcome == "already_reported"
     assert total(live_server, campaign_id) == 2
 
 
-def test_same_value_twice_sends_the_identical_report_and_spends_once(live_server, reporter_at):
-    campaign_id = krr_campaign(live_server)
-    reporter = reporter_at(live_server.url)
-    first = reporter.report(campaign_id, "banana")
-    second = reporter.report(campaign_id, "banana")
-    assert second.payload["value"] == first.payload["value"]
-    assert second.payload["report_id"] != first.payload["report_id"]
-    assert (first.charged, second.charged) == (1.0, 0.0)
-    assert counts(live_server, campaign_id) == {first.payload["value"]: 2}
-    assert reporter.status()["budget"]["spent"] == 1.0
+def test_a_new_period_sends_a_new_report_id(live_server, reporter_at):
+    campaign_id = krr_campaign(live_server, period="day")
+    clock = Clock()
+    reporter = reporter_at(live_server.url, clock=clock)
+    today = reporter.report(campaign_id, "banana")
+    clock.next_day()
+    tomorrow = reporter.report(campaign_id, "banana")
+    again = reporter.report(campaign_id, "banana")
+    assert (today.outcome, tomorrow.outcome, again.outcome) == (
+        "delivered",
+        "delivered",
+        "already_reported",
+    )
+    assert tomorrow.payload["report_id"] != today.payload["report_id"]
+    assert tomorrow.payload["value"] == today.payload["value"]  # memoized across periods
+    assert (today.charged, tomorrow.charged) == (1.0, 0.0)
+    assert counts(live_server, campaign_id) == {today.payload["value"]: 2}
+    clock.next_day()
+    changed = reporter.report(campaign_id, "cherry")  # a changed answer: charged as before
+    assert changed.outcome == "delivered" and changed.charged == 1.0
+    assert total(live_server, campaign_id) == 3 and reporter.status()["budget"]["spent"] == 2.0
 
 
 def test_over_cap_and_over_budget_are_refused(live_server, reporter_at):
     costly = krr_campaign(live_server, epsilon=3.0)
-    campaign_id = krr_campaign(live_server, epsilon=1.0)
+    campaigns = [krr_campaign(live_server, epsilon=1.0) for _ in range(3)]
     reporter = reporter_at(live_server.url, Policy(max_epsilon=2.0, total_budget=2.5))
     with pytest.raises(EpsilonCapExceeded):
         reporter.report(costly, "apple")
-    reporter.report(campaign_id, "apple")
-    reporter.report(campaign_id, "banana")
+    reporter.report(campaigns[0], "apple")
+    reporter.report(campaigns[1], "banana")
     with pytest.raises(BudgetExceeded):
-        reporter.report(campaign_id, "cherry")
+        reporter.report(campaigns[2], "cherry")
     assert total(live_server, costly) == 0
-    assert total(live_server, campaign_id) == 2
+    assert [total(live_server, c) for c in campaigns] == [1, 1, 0]
     assert reporter.status()["budget"]["spent"] == 2.0
 
 
@@ -320,14 +402,20 @@ def test_a_closed_campaign_is_refused(live_server, reporter_at):
 
 
 def test_server_down_then_flush_delivers_each_report_exactly_once(live_server, proxy, reporter_at):
-    campaign_id = krr_campaign(live_server)
-    reporter = reporter_at(proxy.url)
+    campaign_id = krr_campaign(live_server, period="day")
+    clock = Clock()
+    reporter = reporter_at(proxy.url, clock=clock)
     first = reporter.report(campaign_id, "apple")
     assert first.outcome == "delivered"
 
     proxy.stop()
-    queued = [reporter.report(campaign_id, v) for v in ("banana", "apple", "banana", "cherry")]
+    queued = []
+    for value in ("banana", "apple", "banana", "cherry"):
+        clock.next_day()
+        queued.append(reporter.report(campaign_id, value))
     assert [r.outcome for r in queued] == ["queued"] * 4
+    again = reporter.report(campaign_id, "cherry")  # the day's report, still waiting: not twice
+    assert again.outcome == "queued" and again.payload == queued[-1].payload
     assert reporter.flush().remaining == 4  # still down
     assert total(live_server, campaign_id) == 1
 
@@ -358,10 +446,12 @@ def test_an_unreachable_server_for_a_new_campaign_spends_nothing(live_server, pr
 
 def test_the_server_refuses_a_tampered_queued_report(live_server, proxy, reporter_at):
     """A report queued under one spec is refused by the server once the spec changed."""
-    campaign_id = krr_campaign(live_server)
-    reporter = reporter_at(proxy.url)
+    campaign_id = krr_campaign(live_server, period="day")
+    clock = Clock()
+    reporter = reporter_at(proxy.url, clock=clock)
     reporter.report(campaign_id, "apple")
     proxy.stop()
+    clock.next_day()
     reporter.report(campaign_id, "banana")
     altered = CampaignSpec.from_dict(
         {
@@ -370,6 +460,7 @@ def test_the_server_refuses_a_tampered_queued_report(live_server, proxy, reporte
             "mechanism": "krr",
             "epsilon": 1.0,
             "domain": LABELS,
+            "period": "day",
         }
     )
     connection = redis.Redis.from_url(live_server.redis_url)
