@@ -84,6 +84,15 @@ def test_the_tour_runs_against_a_real_server(live_server, tmp_path):
     assert '"report_id"' in out  # the dry run shows the payload
     for label in ("cat", "dog", "fish", "none"):
         assert label in out.rsplit("pets", 1)[-1]  # the estimate table lists every label
+    # The tour reports "dog" twice from one device: the campaign counts the device once.
+    counts = requests.get(
+        f"{live_server.url}/api/v1/campaigns/pets/counts",
+        headers={"Authorization": f"Bearer {live_server.analyst_token}"},
+        timeout=10,
+    )
+    assert counts.status_code == 200, counts.text
+    assert counts.json()["n"] == 1
+    assert "Already reported to pets; it takes one report per device." in out
 
 
 def test_the_tour_server_starts_with_the_tokens_it_exports(tmp_path):
