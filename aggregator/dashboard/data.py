@@ -17,6 +17,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+from aggregator.estimation import decision
 from aggregator.estimation.advice import expected_error
 from aggregator.storage.store import Campaign, CampaignStore
 from shared.spec import (
@@ -38,17 +39,14 @@ MECHANISM_NAMES = {
     HADAMARD_RESPONSE: "Hadamard response",
     OLH_NAME: "Optimized local hashing (OLH)",
 }
-# The method picker's names for the estimate API's methods. They only label the choices: what
-# ran is told by the estimate itself (its ``estimator`` headline and ``method``).
+# The method picker's names for the estimate API's methods, from the decision table. They only
+# label the choices: what ran is told by the estimate itself (its ``estimator`` headline and
+# ``method``).
 METHOD_NAMES = {
-    "projection": "Norm-Sub (inversion projected onto the simplex)",
-    "mle": "Maximum likelihood (IBU to convergence)",
-    "ibu": "IBU stopped by cross-validation",
-    "clip": "Inversion, negatives clipped",
-    "inversion": "Unbiased inversion",
+    method: name[:1].upper() + name[1:] for method, name in decision.METHOD_NAMES.items()
 }
 # Methods computed in one step, without iterations.
-CLOSED_FORM_METHODS = frozenset({"projection", "clip", "inversion"})
+CLOSED_FORM_METHODS = frozenset({decision.PROJECTION, decision.CLIP, decision.INVERSION})
 # Beside the chart the interval method is cut to its first clause when longer than this; the
 # whole sentence is then in the Details disclosure.
 INTERVAL_SUMMARY_CHARS = 100

@@ -16,6 +16,7 @@ import flask
 
 from aggregator.dashboard import data, sessions
 from aggregator.dashboard.sessions import data_login_required, page_login_required
+from aggregator.estimation import decision
 from aggregator.http import estimates, export
 from aggregator.http.errors import APIError
 from aggregator.http.routes import bounded_estimate, load_campaign
@@ -155,7 +156,7 @@ def campaign_page(campaign_id: str) -> Any:
             (m, data.METHOD_NAMES.get(m, m))
             for m in estimates.applicable_methods(campaign.mechanism)
         ],
-        default_method=estimates.default_method(campaign.mechanism),
+        default_method=decision.default_method(campaign.mechanism),
         # An oracle's estimate lists its top values only (estimates.ORACLE_TOP_ROWS).
         listed_rows=estimates.ORACLE_TOP_ROWS if estimates.is_oracle(campaign.mechanism) else None,
         refresh_s=current_settings().dashboard_refresh_s,

@@ -314,7 +314,9 @@ def test_the_method_picker_offers_the_api_methods_with_the_campaigns_default_sel
     assert options and {value for value, _, _ in options} <= set(METHODS)
     default = signed_in.get("/api/v1/campaigns/fruit/estimate", headers=analyst).get_json()
     assert [value for value, selected, _ in options if selected] == [default["method"]]
-    # The choices are labelled; what ran is named by the estimate itself, never by the page.
+    # The choices are labelled from the decision table; what ran is named by the estimate
+    # itself, never by the page.
+    assert all(html.unescape(label) == data.METHOD_NAMES[value] for value, _, label in options)
     assert "IBU (cross-validated)" not in page
     assert "Raw report share (reference)" in page
 
