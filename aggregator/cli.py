@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import click
 import redis
 
-from aggregator.estimation.advice import spec_and_advice
+from aggregator.estimation.advised_spec import spec_and_advice
 from aggregator.http import estimates, export
 from aggregator.http.enrollment import new_token
 from aggregator.services import open_store

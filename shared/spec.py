@@ -159,15 +159,13 @@ _COMMON: dict[str, Descriptor] = {
     "id": CAMPAIGN_ID,
     "title": _TITLE,
     "enrollment_required": _ENROLLMENT_REQUIRED,
+    "period": PERIOD,
 }
-# A spec's fields that are not a request's for a campaign without a mechanism (ADVISED_SCHEMA).
-_SPEC_ONLY: dict[str, Descriptor] = {"period": PERIOD}
 # Each mechanism's spec as one object: what the server's OpenAPI document shows.
 SPEC_SCHEMAS = {
     RR: Object(
         {
             **_COMMON,
-            **_SPEC_ONLY,
             "mechanism": String(enum=(RR,)),
             "epsilon": _CATEGORICAL_EPSILON,
             "domain": _RR_LABELS,
@@ -178,7 +176,6 @@ SPEC_SCHEMAS = {
     KRR: Object(
         {
             **_COMMON,
-            **_SPEC_ONLY,
             "mechanism": String(enum=(KRR,)),
             "epsilon": _CATEGORICAL_EPSILON,
             "domain": _LABELS,
@@ -189,7 +186,6 @@ SPEC_SCHEMAS = {
     PLANAR_LAPLACE: Object(
         {
             **_COMMON,
-            **_SPEC_ONLY,
             "mechanism": String(enum=(PLANAR_LAPLACE,)),
             "epsilon": _PLANAR_EPSILON,
             "region": REGION,
@@ -203,7 +199,6 @@ SPEC_SCHEMAS = {
     EXPONENTIAL_GRID: Object(
         {
             **_COMMON,
-            **_SPEC_ONLY,
             "mechanism": String(enum=(EXPONENTIAL_GRID,)),
             "epsilon": _GRID_EPSILON,
             "region": REGION,
@@ -217,7 +212,6 @@ SPEC_SCHEMAS = {
     GEOMETRIC: Object(
         {
             **_COMMON,
-            **_SPEC_ONLY,
             "mechanism": String(enum=(GEOMETRIC,)),
             "epsilon": _GEOMETRIC_EPSILON,
             "lo": _BOUND,
@@ -231,8 +225,7 @@ SPEC_SCHEMAS = {
         name: Object(
             {
                 **_COMMON,
-                **_SPEC_ONLY,
-                "mechanism": String(enum=(name,)),
+                    "mechanism": String(enum=(name,)),
                 "epsilon": _CATEGORICAL_EPSILON,
                 "domain": _ORACLE_LABELS,
                 "domain_size": _DOMAIN_SIZE,

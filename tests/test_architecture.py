@@ -122,7 +122,7 @@ def test_no_import_cycle_inside_estimation():
         if module in done:
             return
         if module in visiting:
-            cycle = visiting[visiting.index(module) :] + [module]
+            cycle = [*visiting[visiting.index(module) :], module]
             pytest.fail("import cycle: " + " -> ".join(cycle))
         visiting.append(module)
         for target in sorted(graph.get(module, ())):
@@ -142,6 +142,11 @@ def test_estimation_modules_stay_readable():
         text = path.read_text("utf-8")
         assert text.count("\n") <= 520, f"{path.name} has {text.count(chr(10))} lines"
         for node in ast.parse(text).body:
+            targets = (
+                node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            )
+            if not all(isinstance(t, ast.Name) and t.id.lstrip("_").isupper() for t in targets):
+                continue  # state, not a constant
             value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
             if isinstance(value, ast.Constant) and isinstance(value.value, (int, float)):
                 constants += not isinstance(value.value, bool)

@@ -19,6 +19,7 @@ import ctypes
 import ctypes.util
 import re
 import weakref
+from enum import IntEnum, IntFlag
 from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,9 +28,22 @@ import numpy as np
 
 from aggregator.estimation.native import native_lock
 
-FORWARD, BACKWARD = -1, 1
-# fftw3.h's planner flags.
-MEASURE, DESTROY_INPUT, ESTIMATE = 0, 1, 1 << 6
+
+class Sign(IntEnum):
+    """fftw3.h's transform directions."""
+
+    FORWARD = -1
+    BACKWARD = 1
+
+
+class Flag(IntFlag):
+    """fftw3.h's planner flags."""
+
+    MEASURE = 0
+    DESTROY_INPUT = 1
+    ESTIMATE = 1 << 6
+
+
 # The longest FFTW may spend measuring one plan. Measured plans are remembered
 # (FFTW's wisdom), so a shape is measured once per process.
 PLANNING_TIME_LIMIT_S = 0.25
@@ -125,19 +139,19 @@ class Convolution:
             handles = (
                 library.fftw_plan_many_dft_r2c(
                     1, many[0], rows, _at(self.image), None, 1, n_cols,
-                    _at(rows_spectrum), None, 1, half, MEASURE,
+                    _at(rows_spectrum), None, 1, half, Flag.MEASURE,
                 ),
                 library.fftw_plan_many_dft(
                     1, many[1], half, _at(rows_spectrum), None, half, 1,
-                    _at(self.spectrum), None, half, 1, FORWARD, ESTIMATE,
+                    _at(self.spectrum), None, half, 1, Sign.FORWARD, Flag.ESTIMATE,
                 ),
                 library.fftw_plan_many_dft(
                     1, many[1], half, _at(self.spectrum), None, half, 1,
-                    _at(back), None, half, 1, BACKWARD, ESTIMATE | DESTROY_INPUT,
+                    _at(back), None, half, 1, Sign.BACKWARD, Flag.ESTIMATE | Flag.DESTROY_INPUT,
                 ),
                 library.fftw_plan_many_dft_c2r(
                     1, many[0], rows, _at(back), None, 1, half,
-                    _at(self.result), None, 1, n_cols, MEASURE | DESTROY_INPUT,
+                    _at(self.result), None, 1, n_cols, Flag.MEASURE | Flag.DESTROY_INPUT,
                 ),
             )  # fmt: skip
             if not all(handles):

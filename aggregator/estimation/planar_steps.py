@@ -20,14 +20,8 @@ import scipy.fft
 if TYPE_CHECKING:
     from aggregator.estimation.grid_channels import GridKernelChannel
 
-# Threads per transform. One: the aggregator already runs estimates side by side (workers and
-# their thread pools), and two threads made a 40 x 40 grid's transforms slower, not faster, on
-# the benchmark machine (80 x 80 transforms are too small to share).
-DEFAULT_WORKERS = 1
 # Over-relaxed steps raise the EM factor to this power (channels.Channel.ibu_relax_after).
 RELAXATION = 1.75
-# A step count no run reaches: never over-relaxed.
-NEVER = 2**62
 
 
 def relax(factor: np.ndarray) -> np.ndarray:
@@ -50,7 +44,10 @@ class Convolution:
     circular convolution.
     """
 
-    def __init__(self, rows: int, shape: tuple[int, int], workers: int = DEFAULT_WORKERS):
+    # One thread per transform: the aggregator already runs estimates side by side (workers and
+    # their thread pools), and two threads made a 40 x 40 grid's transforms slower, not faster,
+    # on the benchmark machine (80 x 80 transforms are too small to share).
+    def __init__(self, rows: int, shape: tuple[int, int], workers: int = 1):
         self.rows, self.shape, self.workers = rows, shape, workers
         self.image = np.zeros((rows, shape[1]))
 
@@ -76,8 +73,10 @@ class GridSteps:
         self._counts = np.ascontiguousarray(counts, dtype=float).reshape(shape)
         self._p = np.full(shape, 1.0 / channel.n_inputs)
         self._predicted = np.empty(shape)
-        # Plain EM steps up to this many, then over-relaxed (Channel.ibu_relax_after).
-        self._relax_after = NEVER if channel.ibu_relax_after is None else channel.ibu_relax_after
+        # Plain EM steps up to this many, then over-relaxed (Channel.ibu_relax_after); a count
+        # no run reaches where the channel is never over-relaxed.
+        after = channel.ibu_relax_after
+        self._relax_after = int(np.iinfo(np.int64).max) if after is None else after
         self.steps_taken = 0
 
     @property

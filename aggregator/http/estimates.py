@@ -71,7 +71,7 @@ LOCK_MARGIN_S = 10.0
 LOCK_WITHOUT_LIMIT_S = 3600.0
 # Part of every estimate cache key: raised when the body gains or changes a field, so that a
 # server never serves a body cached by an older one in the old form.
-BODY_FORMAT = 2
+BODY_FORMAT = 3
 # Channel operators kept per process: a planar kernel takes up to a second to build for a
 # large grid and a few MB to hold, so a handful of recent campaigns is enough.
 CHANNEL_CACHE_SIZE = 16

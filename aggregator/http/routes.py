@@ -9,7 +9,7 @@ from typing import Any
 import flask
 import redis
 
-from aggregator.estimation.advice import spec_and_advice
+from aggregator.estimation.advised_spec import spec_and_advice
 from aggregator.http import estimates, export
 from aggregator.http.auth import ADMIN, ANALYST, require
 from aggregator.http.errors import APIError

@@ -341,3 +341,10 @@ def test_a_campaign_without_a_mechanism_is_created_or_refused_never_a_server_err
     served = client.get(f"/api/v1/campaigns/{campaign_id}").get_json()
     spec, _ = CampaignSpec.from_wire(served)
     assert spec.mechanism == answer["mechanism"]
+
+
+def test_a_campaign_without_a_mechanism_takes_a_reporting_period(client, admin):
+    body = {"id": "weekly", "title": "Weekly", "epsilon": 1.0, "domain": ["a", "b", "c"]}
+    response = client.post("/api/v1/campaigns", json={**body, "period": "week"}, headers=admin)
+    assert response.status_code == 201, response.get_json()
+    assert client.get("/api/v1/campaigns/weekly").get_json()["period"] == "week"

@@ -131,7 +131,7 @@ def test_an_estimate_that_fails_is_timed_as_failed(config, analyst):
     assert client.post(URL, json={"report_id": new_id(), "value": "apple"}).status_code == 200
     answer = client.get("/api/v1/campaigns/fruit/estimate", headers=analyst)
     assert answer.get_json()["error"]["code"] == "estimate_too_costly"
-    labels = {"method": "empirical_bayes", "confidence": "0.95"}
+    labels = {"method": "projection", "confidence": "0.95"}
     samples = scrape(client)
     assert value(samples, "ldp_estimate_duration_seconds_count", **labels, outcome="failed") == 1
     assert (

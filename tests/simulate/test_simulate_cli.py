@@ -445,10 +445,5 @@ def test_the_default_methods_are_those_the_mechanism_takes():
             "cell_size_m": 200,
         }
     )
-    assert "posterior_median" in _default_methods(rr)
-    assert "empirical_bayes" not in _default_methods(rr)
-    assert {"empirical_bayes", "posterior_median"} <= set(_default_methods(krr))
-    assert "posterior_median" in _default_methods(geometric)
-    assert "empirical_bayes" not in _default_methods(geometric)
-    assert not {"empirical_bayes", "posterior_median"} & set(_default_methods(planar))
-    assert {"ibu", "inversion", "noisy"} <= set(_default_methods(rr)) & set(_default_methods(krr))
+    for spec in (rr, krr, geometric, planar):
+        assert {"projection", "mle", "ibu", "inversion", "noisy"} <= set(_default_methods(spec))
