@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from aggregator.estimation import METHODS
+from aggregator.estimation.decision import SMOOTHED
 from shared.errors import LDPError
 from shared.geo import Grid
 from shared.spec import (
@@ -480,12 +481,14 @@ def _population(options: dict[str, Any], template: dict[str, Any] | None) -> Pop
 
 
 def _default_methods(spec: CampaignSpec) -> list[str]:
-    """Every method the spec's mechanism takes; for the large-domain oracles all but IBU and
-    the MLE, whose every iteration hashes every value under every seed (ask for them with
-    -m ibu, best with --ibu-iterations)."""
+    """Every method the spec's mechanism takes (the smoothed Norm-Sub over a region's cells
+    only); for the large-domain oracles all but IBU and the MLE, whose every iteration hashes
+    every value under every seed (ask for them with -m ibu, best with --ibu-iterations)."""
+    cells = spec.region is not None and spec.mechanism not in GRID_MECHANISMS
+    skipped = set() if cells else {SMOOTHED}
     if spec.mechanism in ORACLE_MECHANISMS:
-        return [m for m in ALL_METHODS if m not in ("ibu", "mle")]
-    return list(ALL_METHODS)
+        skipped |= {"ibu", "mle"}
+    return [m for m in ALL_METHODS if m not in skipped]
 
 
 def _template_labels(template: dict[str, Any] | None) -> tuple[str, ...] | None:

@@ -216,17 +216,20 @@ def perturb(
 
 def estimate_methods(
     report_counts: np.ndarray,
-    channel: Channel,
+    mechanism: Mechanism,
     methods: Sequence[str] = ALL_METHODS,
     *,
     seed: int = 0,
     ibu_iterations: int | None = None,
+    channel: Channel | None = None,
 ) -> dict[str, MethodRun]:
-    """Run each method on the report counts; a method the channel does not allow is left out.
+    """Run each method on the report counts; a method the mechanism does not allow is left
+    out. ``channel`` reuses the mechanism's operator, if already built.
 
     IBU stops by cross-validation (as the service's IBU does) unless
     ``ibu_iterations`` fixes the number of iterations.
     """
+    channel = channel if channel is not None else channel_for(mechanism)
     counts = np.asarray(report_counts, dtype=float)
     runs: dict[str, MethodRun] = {}
     for method in methods:
@@ -243,9 +246,9 @@ def estimate_methods(
             fitted = IBU(seed=seed).fit(counts, channel, n_iter=ibu_iterations)
         else:
             try:
-                fitted = estimator_for(method, seed=seed).fit(counts, channel)
-            except SingularChannelError:
-                continue
+                fitted = estimator_for(method, mechanism, seed=seed).fit(counts, channel)
+            except (SingularChannelError, ValueError):
+                continue  # not this mechanism's (smoothing without cells), or not invertible
         runs[method] = MethodRun(
             method,
             np.asarray(fitted.frequencies_, dtype=float),
@@ -327,10 +330,11 @@ def simulate(
                         assert channel is not None
                         runs = estimate_methods(
                             report_counts,
-                            channel,
+                            mechanism,
                             methods,
                             seed=seed + repeat,
                             ibu_iterations=ibu_iterations,
+                            channel=channel,
                         )
                     for method, run in runs.items():
                         trials[method].append(score(truth, run.frequencies, grid))

@@ -42,7 +42,7 @@ import numpy as np
 import requests
 from tqdm.auto import tqdm
 
-from aggregator.estimation import METHODS, channel_for
+from aggregator.estimation import METHODS
 from aggregator.http.estimates import is_oracle, output_labels, value_labels
 from client import Policy, Reporter, ServerUnavailable
 from client.policy import DEFAULT_MAX_EPSILON, DEFAULT_TOTAL_BUDGET
@@ -504,7 +504,7 @@ def _score_server(
     # The same users through the vectorised sampler and the same estimators, for reference.
     noise = np.random.default_rng([seed, 1])
     local_counts = np.bincount(sample(mechanism, indices, noise), minlength=mechanism.n_outputs)
-    runs = estimate_methods(local_counts, channel_for(mechanism), (*methods, NOISY), seed=0)
+    runs = estimate_methods(local_counts, mechanism, (*methods, NOISY), seed=0)
     in_process = {m: score(result.truth, run.frequencies, grid) for m, run in runs.items()}
     return dataclasses.replace(
         result,

@@ -10,16 +10,26 @@ from typing import Any
 import numpy as np
 
 from aggregator.estimation.channels import Channel
-from aggregator.estimation.decision import CLIP, IBU, INVERSION, METHODS, MLE, PROJECTION
+from aggregator.estimation.decision import (
+    CLIP,
+    IBU,
+    INVERSION,
+    METHODS,
+    MLE,
+    PROJECTION,
+    SMOOTHED,
+    cell_grid,
+)
 from aggregator.estimation.decision import default_method as table_default
 from aggregator.estimation.factory import channel_for
 from aggregator.estimation.ibu import IBU as CrossValidatedIBU
 from aggregator.estimation.intervals import BOOTSTRAP_REPLICATES, confidence_interval
 from aggregator.estimation.inversion import MatrixInversion
 from aggregator.estimation.mle import MaximumLikelihood
+from aggregator.estimation.smoothing import SmoothedProjection
 from shared.mechanisms import Mechanism
 
-Estimator = CrossValidatedIBU | MaximumLikelihood | MatrixInversion
+Estimator = CrossValidatedIBU | MaximumLikelihood | MatrixInversion | SmoothedProjection
 
 
 @dataclass(frozen=True)
@@ -64,8 +74,15 @@ class EstimateResult:
         }
 
 
-def estimator_for(method: str, *, seed: int = 0) -> Estimator:
-    """A new, unfitted estimator of ``method`` (:data:`METHODS`)."""
+def estimator_for(method: str, mechanism: Mechanism, *, seed: int = 0) -> Estimator:
+    """A new, unfitted estimator of ``method`` (:data:`METHODS`) for ``mechanism``."""
+    if method == SMOOTHED:
+        grid = cell_grid(mechanism)
+        if grid is None:
+            raise ValueError(
+                f"{SMOOTHED} estimates k-RR, OLH and Hadamard response over a region's cells"
+            )
+        return SmoothedProjection(grid.rows, grid.cols, seed=seed)
     if method == IBU:
         return CrossValidatedIBU(seed=seed)
     if method == MLE:
@@ -86,7 +103,7 @@ def point_estimate(
     """The estimate alone, without intervals (simulations and the advisor)."""
     channel = channel if channel is not None else channel_for(mechanism)
     chosen = method if method is not None else table_default(mechanism)
-    return estimator_for(chosen, seed=seed).fit(counts, channel).frequencies_
+    return estimator_for(chosen, mechanism, seed=seed).fit(counts, channel).frequencies_
 
 
 def estimate(
@@ -114,9 +131,11 @@ def estimate(
     channel = channel if channel is not None else channel_for(mechanism)
     method = method if method is not None else table_default(mechanism)
     counts = np.asarray(counts, dtype=float)
-    fitted = estimator_for(method, seed=seed).fit(counts, channel)
+    fitted = estimator_for(method, mechanism, seed=seed).fit(counts, channel)
     # The inversion and Norm-Sub take the inversion's interval (intervals' docs); the clipped
     # inversion keeps the bootstrap, which covers it at a fraction of that width on grids.
+    # Norm-Sub smoothed is not made from the inversion alone: it keeps the bootstrap or, over
+    # k-RR, the score intervals (which hold whatever the estimator).
     unbiased = fitted.unbiased_ if isinstance(fitted, MatrixInversion) and method != CLIP else None
     iterative = isinstance(fitted, (CrossValidatedIBU, MaximumLikelihood))
     interval = confidence_interval(

@@ -9,6 +9,10 @@
   it costs one pass over the counts.
   Where epsilon is so small that a report is as likely from every value in floating point,
   the inversion does not exist: the MLE, equal shares, runs instead.
+* **The same oracles over a region's cells**: Norm-Sub smoothed over neighbouring cells, the
+  kernel's width, none included, chosen by 10-fold cross-validation of the held-out
+  likelihood (:mod:`aggregator.estimation.smoothing`). The labels are cells, and people near
+  each other make neighbouring cells alike.
 * **Smoothing channels** (the geometric mechanism, planar Laplace, the exponential mechanism
   on a grid): IBU stopped by 10-fold cross-validation of the held-out likelihood. Their noise
   moves a report to nearby values, so the inversion amplifies the noise's high frequencies;
@@ -17,7 +21,8 @@
 
 from __future__ import annotations
 
-from shared.mechanisms import IntegerWeights, Mechanism
+from shared.geo import Grid
+from shared.mechanisms import GridMechanism, IntegerWeights, Mechanism
 from shared.spec import (
     EXPONENTIAL_GRID,
     GEOMETRIC,
@@ -31,8 +36,9 @@ from shared.spec import (
 )
 
 PROJECTION, MLE, IBU, CLIP, INVERSION = "projection", "mle", "ibu", "clip", "inversion"
+SMOOTHED = "smoothed_projection"
 # Every method an estimate can be asked for; the response's ``method`` is one of these.
-METHODS = (PROJECTION, MLE, IBU, CLIP, INVERSION)
+METHODS = (PROJECTION, SMOOTHED, MLE, IBU, CLIP, INVERSION)
 DEFAULT_METHODS: dict[str, str] = {
     RR: PROJECTION,
     KRR: PROJECTION,
@@ -43,8 +49,11 @@ DEFAULT_METHODS: dict[str, str] = {
     PLANAR_LAPLACE: IBU,
     EXPONENTIAL_GRID: IBU,
 }
+# Over a region's cells, the categorical oracles' default instead.
+REGION_DEFAULT = SMOOTHED
 METHOD_NAMES = {
     PROJECTION: "Norm-Sub (the unbiased inversion projected onto the simplex)",
+    SMOOTHED: "Norm-Sub smoothed over neighbouring cells (width by cross-validation)",
     MLE: "maximum likelihood (IBU run to convergence)",
     IBU: "IBU stopped by 10-fold cross-validation of the held-out likelihood",
     CLIP: "the unbiased inversion, negatives clipped to 0 and renormalised",
@@ -61,7 +70,18 @@ def default_method(subject: Mechanism | str) -> str:
         return DEFAULT_METHODS[subject]
     if isinstance(subject, IntegerWeights) and subject.p_keep <= subject.p_other:
         return MLE
+    if cell_grid(subject) is not None:
+        return REGION_DEFAULT
     return DEFAULT_METHODS[subject.name]
+
+
+def cell_grid(mechanism: Mechanism) -> Grid | None:
+    """The grid whose cells are a categorical mechanism's values (a region campaign of k-RR,
+    OLH or Hadamard response), or None."""
+    if isinstance(mechanism, GridMechanism):
+        return None
+    grid = getattr(mechanism, "grid", None)
+    return grid if isinstance(grid, Grid) else None
 
 
 def described_defaults() -> str:
@@ -69,6 +89,9 @@ def described_defaults() -> str:
     by_method: dict[str, list[str]] = {}
     for mechanism in MECHANISMS:
         by_method.setdefault(DEFAULT_METHODS[mechanism], []).append(mechanism)
-    return "; ".join(
-        f"{method} for {', '.join(mechanisms)}" for method, mechanisms in by_method.items()
+    return (
+        "; ".join(
+            f"{method} for {', '.join(mechanisms)}" for method, mechanisms in by_method.items()
+        )
+        + f" ({REGION_DEFAULT} for those over a region's cells)"
     )

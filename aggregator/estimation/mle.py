@@ -65,7 +65,8 @@ class MaximumLikelihood:
 
     def headline(self) -> str:
         state = "converged" if self.converged_ else "not converged"
-        return f"maximum likelihood (IBU, {self.n_iter_} iterations, {state})"
+        steps = f"{self.n_iter_} iteration{'' if self.n_iter_ == 1 else 's'}"
+        return f"maximum likelihood (IBU, {steps}, {state})"
 
     def details(self) -> dict[str, Any]:
         return {"iterations": self.n_iter_, "tolerance": self.tol, "converged": self.converged_}

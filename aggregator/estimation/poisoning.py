@@ -53,8 +53,6 @@ MIN_NOISE_PER_CATEGORY = 10.0
 MAX_SIMULATIONS = 2000
 MIN_SIMULATIONS = 100
 SIMULATION_BUDGET = 2_000_000
-# Noise floors kept per process (each a few KB; a k = 1,000 one takes about 0.2 s to simulate).
-NOISE_FLOOR_CACHE_SIZE = 64
 
 
 @dataclass(frozen=True)
@@ -107,7 +105,8 @@ def noise_floor(
     return _noise_floor(int(n), int(k), float(p_other), tuple(js), seed)
 
 
-@functools.lru_cache(maxsize=NOISE_FLOOR_CACHE_SIZE)
+# Noise floors kept per process: 64, each a few KB (a k = 1,000 one takes about 0.2 s to simulate).
+@functools.lru_cache(maxsize=64)
 def _noise_floor(
     n: int, k: int, p_other: float, js: tuple[int, ...], seed: int
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -32,7 +32,14 @@ from aggregator.estimation import (
     estimate,
     poisoning,
 )
-from aggregator.estimation.decision import DEFAULT_METHODS, IBU, MLE, described_defaults
+from aggregator.estimation.decision import (
+    DEFAULT_METHODS,
+    IBU,
+    MLE,
+    SMOOTHED,
+    cell_grid,
+    described_defaults,
+)
 from aggregator.estimation.decision import default_method as table_default
 from aggregator.http.errors import APIError
 from aggregator.http.parameters import QueryParameter, invalid_parameter
@@ -154,6 +161,11 @@ def applicable_methods(mechanism: Mechanism) -> list[str]:
 
 def not_applicable(mechanism: Mechanism, method: str) -> str | None:
     """Why ``method`` cannot estimate a campaign with this mechanism (None: it can)."""
+    if method == SMOOTHED and cell_grid(mechanism) is None:
+        return (
+            f"{SMOOTHED} estimates k-RR, OLH and Hadamard response campaigns over a region's "
+            f"cells; use {default_method(mechanism)}"
+        )
     if (
         method in (IBU, MLE)
         and isinstance(mechanism, OLH)
@@ -342,7 +354,7 @@ def estimate_response(
         result = estimate(mechanism, vector, method=method, confidence=confidence, channel=channel)
     except SingularChannelError as exc:
         raise ValidationError(
-            f"{method} cannot be used for this campaign: {exc}; use ibu",
+            f"{method} cannot be used for this campaign: {exc}; use {default_method(mechanism)}",
             field="method",
             code="method_not_applicable",
         ) from exc

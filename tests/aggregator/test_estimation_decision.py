@@ -118,6 +118,8 @@ def test_every_headline_is_one_short_line_and_details_are_structured(mechanism, 
     for method in METHODS:
         if method in ("ibu", "mle") and isinstance(mechanism, OLH):
             continue  # hashes every value under every seed per step: refused by the service
+        if method == "smoothed_projection":
+            continue  # over a region's cells only
         result = estimate(mechanism, counts, method=method)
         assert result.method == method
         assert len(result.estimator) < 100 and "\n" not in result.estimator, result.estimator
