@@ -229,7 +229,7 @@ def test_ibu_run_to_convergence_recovers_p(channel):
     p = interior_distribution(channel.n_inputs, seed=10)
     fitted = converged_ibu().fit(N * channel.forward(p), channel)
     assert fitted.converged_
-    assert fitted.n_iter_ < 200_000
+    assert fitted.closed_form_ or fitted.n_iter_ < 200_000
     assert fitted.frequencies_.shape == (channel.n_inputs,)
     np.testing.assert_allclose(fitted.frequencies_, p, atol=IBU_TOL)
     assert fitted.frequencies_.sum() == pytest.approx(1.0, abs=1e-12)
@@ -256,23 +256,26 @@ def test_ibu_orientation_bug_would_be_visible():
     ],
     ids=["krr-8", "dense-5x7", "planar-6x5"],
 )
-def test_ibu_log_likelihood_never_decreases(channel):
+def test_ibu_log_likelihood_never_decreases_and_the_mle_is_at_least_as_likely(channel):
     rng = np.random.default_rng(12)
     p = rng.dirichlet(np.full(channel.n_inputs, 0.5))  # some entries near zero
     counts = rng.multinomial(2000, channel.forward(p)).astype(float)
-    fitted = MaximumLikelihood(tol=1e-10, max_iter=3000).fit(counts, channel)
-    steps = IBUSteps(channel, counts.astype(float))
+    steps = IBUSteps(channel, counts)
     history = []
-    for _ in range(fitted.n_iter_):
-        steps.advance(1, 0.0)
+    for _ in range(3000):
+        _, change = steps.advance(1, 1e-10)
         history.append(log_likelihood(counts, steps.predicted))
+        if change <= 1e-10:
+            break
     history = np.asarray(history)
-    assert fitted.n_iter_ >= 10
+    assert history.size >= 10
     # EM's ascent property, up to floating-point rounding of a sum of ~2000 * |log q| terms.
     assert np.all(np.diff(history) >= -1e-9 * np.abs(history[:-1]))
     assert history[-1] > history[0]
-    assert fitted.log_likelihood_ == pytest.approx(history[-1], rel=1e-12)
-    # It ends above the likelihood of the truth and of the projected inversion (if square).
+    # The MLE (k-RR's in closed form, else IBU to its tolerance) is at least as likely as
+    # where IBU's steps got, as the truth, and as the projected inversion (if square).
+    fitted = MaximumLikelihood(tol=1e-10, max_iter=3000).fit(counts, channel)
+    assert fitted.log_likelihood_ >= history[-1] - 1e-9 * abs(history[-1])
     seen = counts > 0
 
     def log_lik(q):
@@ -349,7 +352,7 @@ def test_projection_fixed_points_and_shift_invariance():
 # -- the one-call API ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "smoothed_projection"])
 def test_estimate_returns_a_complete_result(method):
     mechanism = KRR(epsilon=2.0, domain=["a", "b", "c"])
     channel = channel_for(mechanism)
