@@ -2,7 +2,9 @@
 
 Budget is spent in one currency, the ordinary (local-DP) epsilon:
 
-* an ``rr`` or ``krr`` report costs the campaign's ``epsilon``;
+* an ``rr``, ``krr``, ``olh`` or ``hadamard_response`` report costs the
+  campaign's ``epsilon``, over labels as over a region's cells (any two cells
+  are told apart by at most ``e^epsilon``, near or far);
 * a ``planar_laplace`` report costs the privacy loss between any two true
   locations at most ``location_radius_m`` apart on the ground (geodesic
   distance on the WGS84 ellipsoid, in which coordinates are given). The device reports the centre of the true location's grid cell

@@ -223,9 +223,11 @@ class Reporter:
         range (or its decimal text, as typed on a command line) for ``geometric``
         ones and of ``0 .. domain_size - 1`` for ``olh`` or ``hadamard_response``
         ones with a domain size, and ``{"lat", "lon"}`` (or a ``(lat, lon)`` pair)
-        for location campaigns. With ``dry_run`` every check runs and the exact
-        payload is returned, but nothing is written (beyond creating the user
-        secret) and nothing is sent.
+        for location campaigns: ``planar_laplace`` and ``exponential_grid``, and
+        ``krr``, ``olh`` or ``hadamard_response`` over a region's cells, whose
+        location is snapped to its cell on the device before the mechanism runs.
+        With ``dry_run`` every check runs and the exact payload is returned, but
+        nothing is written (beyond creating the user secret) and nothing is sent.
 
         The campaign counts this device once per period: the same answer again
         in the period is the period's report again (``repeat``), sent again with

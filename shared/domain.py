@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.errors import ReportError
+from shared.geo import Grid
 
 
 class Domain:
@@ -68,9 +69,14 @@ class Domain:
 
 
 class OverDomain:
-    """What a mechanism whose true values are a :class:`Domain` (``self.values``) exposes."""
+    """What a mechanism whose true values are a :class:`Domain` (``self.values``) exposes.
+
+    Where the values are a region's cells (``self.grid``), a true value is a location,
+    snapped to its cell (:meth:`shared.geo.Grid.locate`).
+    """
 
     values: Domain
+    grid: Grid | None = None
 
     @property
     def k(self) -> int:
@@ -87,4 +93,6 @@ class OverDomain:
         return self.k
 
     def encode(self, value: Any) -> int:
+        if self.grid is not None:
+            return self.grid.locate(value)
         return self.values.index(value)

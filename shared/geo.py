@@ -18,13 +18,20 @@ set that perturbed locations are remapped into.
 
 Cell centres travel on the wire as latitude/longitude rounded to
 ``COORD_DECIMALS`` places (about a centimetre), which both sides compute with
-the same code.
+the same code. A cell is named ``r{row}c{col}`` (:func:`cell_label`) where it
+is a label: the rows of an estimate or an export, and the values of a k-RR,
+OLH or Hadamard response campaign over a region's cells.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
+from typing import Any
+
+from shared.errors import ReportError, ValidationError
+from shared.schema import ErrorType, finite_number
 
 EARTH_RADIUS_M = 6_371_008.8
 # The WGS84 ellipsoid (semi-major axis, flattening), in which device coordinates are given.
@@ -36,8 +43,29 @@ WGS84_FLATTENING = 1 / 298.257223563
 # least a (1 - e^2), the meridian radius at the equator, where the bound is attained.
 ELLIPSOID_STRETCH = EARTH_RADIUS_M / (WGS84_A_M * (1 - WGS84_FLATTENING * (2 - WGS84_FLATTENING)))
 COORD_DECIMALS = 7
+_CELL_LABEL = re.compile(r"r([0-9]{1,9})c([0-9]{1,9})")
 # A reported centre may differ from the exact one by this much (degrees).
 CENTRE_TOLERANCE_DEG = 1e-6
+
+
+def cell_label(row: int, col: int) -> str:
+    """The label of a report-grid cell (row 0 is the southern edge, col 0 the western)."""
+    return f"r{row}c{col}"
+
+
+def parse_location(
+    value: Any, field: str = "value", error: ErrorType = ValidationError
+) -> tuple[float, float]:
+    """``(lat, lon)`` from ``{"lat", "lon"}`` (exactly those keys) or a ``(lat, lon)`` pair."""
+    if isinstance(value, dict):
+        if set(value) != {"lat", "lon"}:
+            raise error(f"{field} must be an object with exactly lat and lon", field=field)
+        lat, lon = value["lat"], value["lon"]
+    elif isinstance(value, (tuple, list)) and len(value) == 2:
+        lat, lon = value
+    else:
+        raise error(f"{field} must be a location {{lat, lon}}", field=field)
+    return finite_number(lat, f"{field}.lat", error), finite_number(lon, f"{field}.lon", error)
 
 
 def _sinc(t: float) -> float:
@@ -164,6 +192,32 @@ class Grid:
     def cell_of(self, lat: float, lon: float) -> int:
         """The cell of a location inside the region."""
         return self.cell_of_xy(*self.to_xy(lat, lon))
+
+    def locate(self, value: Any) -> int:
+        """The cell of a true location ``{"lat", "lon"}`` (or a ``(lat, lon)`` pair): what a
+        device snaps its location to before any mechanism over the cells perturbs it.
+
+        :class:`ReportError` (field ``value``) for anything else, or for a location
+        outside the region.
+        """
+        lat, lon = parse_location(value, "value", ReportError)
+        if not self.region.contains(lat, lon):
+            raise ReportError("the location is outside the campaign region", field="value")
+        return self.cell_of(lat, lon)
+
+    def cell_labels(self) -> tuple[str, ...]:
+        """Every cell's :func:`cell_label`, in index order (row-major from the south-west)."""
+        return tuple(cell_label(row, col) for row in range(self.rows) for col in range(self.cols))
+
+    def label_index(self, label: str) -> int | None:
+        """The index of the cell named ``label`` (``r{row}c{col}``), or None if none is."""
+        match = _CELL_LABEL.fullmatch(label)
+        if match is None:
+            return None
+        row, col = int(match[1]), int(match[2])
+        if not (row < self.rows and col < self.cols) or cell_label(row, col) != label:
+            return None  # beyond the grid, or not in canonical form (r01c2)
+        return row * self.cols + col
 
     def centre_xy(self, index: int) -> tuple[float, float]:
         row, col = divmod(index, self.cols)

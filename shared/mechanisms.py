@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from shared.domain import Domain, OverDomain
 from shared.errors import ReportError
 from shared.exactness import WEIGHT_UNIT, check_planar_epsilon, krr_weights, realized_epsilon
-from shared.geo import Grid
+from shared.geo import Grid, parse_location
 from shared.rng import (
     RandomSource,
     bernoulli_exp_minus,
@@ -35,7 +35,7 @@ from shared.rng import (
     standard_exponential,
     uniform_angle,
 )
-from shared.schema import finite_number, positive_finite
+from shared.schema import positive_finite
 from shared.spec import EXPONENTIAL_GRID as EXPONENTIAL_GRID  # re-exported: the wire name
 from shared.spec import (
     GEOMETRIC,
@@ -59,6 +59,9 @@ class Mechanism(ABC):
 
     name: ClassVar[str]
     epsilon: float
+    # The report grid a location is snapped to on the device: the grid mechanisms', and that of
+    # a k-RR, OLH or Hadamard response campaign over a region's cells (None for the others).
+    grid: Grid | None = None
 
     @property
     @abstractmethod
@@ -101,17 +104,35 @@ class Mechanism(ABC):
             if spec.lo is None or spec.hi is None:
                 raise ValueError(f"campaign {spec.id!r} (geometric) has no range")
             return Geometric(epsilon=spec.epsilon, lo=spec.lo, hi=spec.hi)
+        # A categorical campaign over a region: its values are the grid's cells.
+        cells = spec.grid if spec.region is not None else None
         if spec.mechanism in (HADAMARD_RESPONSE, OLH_NAME):
             # The large-domain oracles build on this module's base class.
             from shared.oracles import OLH
 
             oracle = HadamardResponse if spec.mechanism == HADAMARD_RESPONSE else OLH
-            return oracle(epsilon=spec.epsilon, domain=spec.domain, domain_size=spec.domain_size)
+            return oracle(
+                epsilon=spec.epsilon, domain=spec.domain, domain_size=spec.domain_size, grid=cells
+            )
+        if spec.mechanism == KRR_NAME and cells is not None:
+            return KRR(epsilon=spec.epsilon, grid=cells)
         if spec.domain is None:
             raise ValueError(f"campaign {spec.id!r} ({spec.mechanism}) has no domain")
         if spec.mechanism == RR:
             return RandomizedResponse(epsilon=spec.epsilon, domain=spec.domain)
         return KRR(epsilon=spec.epsilon, domain=spec.domain)
+
+
+def cell_domain(domain: Sequence[str] | None, grid: Grid | None) -> Sequence[str] | None:
+    """The labels of a categorical mechanism: ``domain``, or the cells of ``grid`` (one of the
+    two, or neither for a domain given by its size)."""
+    if grid is None:
+        return domain
+    if not isinstance(grid, Grid):
+        raise TypeError("grid must be a shared.geo.Grid")
+    if domain is not None:
+        raise TypeError("give domain or grid, not both: a grid's values are its cells")
+    return grid.cell_labels()
 
 
 class IntegerWeights:
@@ -168,21 +189,33 @@ class KRR(IntegerWeights, OverDomain, Mechanism):
     by :func:`shared.exactness.keep_weight`. ``realized_epsilon = ln(keep / unit)``
     is the privacy actually given, never above ``epsilon``.
 
+    Over a region's cells (``grid``) the labels are the cells' (``r{row}c{col}``,
+    :meth:`shared.geo.Grid.cell_labels`) and a true value is a location
+    ``{"lat", "lon"}``, snapped on the device to its cell (:meth:`shared.geo.Grid.locate`)
+    before the cell is perturbed; two locations in one cell are then reported alike,
+    and any two cells are told apart by at most ``e^epsilon``, near or far.
+
     Parameters
     ----------
     epsilon : float
         The local-DP parameter, finite and > 0, within the limits of the integer
         weights (:func:`shared.exactness.krr_weights`: 2**-63 to about 708).
     domain : sequence of str
-        At least two distinct labels.
+        At least two distinct labels; or
+    grid : shared.geo.Grid
+        The grid whose cells are the values (at least two).
     """
 
     name = KRR_NAME
 
-    def __init__(self, *, epsilon: float, domain: Sequence[str]):
+    def __init__(
+        self, *, epsilon: float, domain: Sequence[str] | None = None, grid: Grid | None = None
+    ):
         self.epsilon = positive_finite(epsilon, "epsilon")
+        domain = cell_domain(domain, grid)
         if domain is None:
             raise TypeError("domain must be a sequence of labels")
+        self.grid = grid
         self.values = Domain(labels=domain)
         assert self.values.positions is not None
         self._index = self.values.positions
@@ -198,6 +231,8 @@ class KRR(IntegerWeights, OverDomain, Mechanism):
         return self.k
 
     def encode(self, value: Any) -> int:
+        if self.grid is not None:
+            return self.grid.locate(value)
         if not isinstance(value, str):
             raise ReportError("the value must be one of the campaign's labels", field="value")
         try:
@@ -257,22 +292,7 @@ class GridMechanism(Mechanism):
         return self.grid.n_cells
 
     def encode(self, value: Any) -> int:
-        lat, lon = self._latlon(value, "value", ReportError)
-        if not self.grid.region.contains(lat, lon):
-            raise ReportError("the location is outside the campaign region", field="value")
-        return self.grid.cell_of(lat, lon)
-
-    @staticmethod
-    def _latlon(value: Any, field: str, error: type[ReportError]) -> tuple[float, float]:
-        if isinstance(value, dict):
-            if set(value) != {"lat", "lon"}:
-                raise error(f"{field} must be an object with exactly lat and lon", field=field)
-            lat, lon = value["lat"], value["lon"]
-        elif isinstance(value, (tuple, list)) and len(value) == 2:
-            lat, lon = value
-        else:
-            raise error(f"{field} must be a location {{lat, lon}}", field=field)
-        return finite_number(lat, f"{field}.lat", error), finite_number(lon, f"{field}.lon", error)
+        return self.grid.locate(value)
 
     def report_value(self, y: int) -> dict[str, float]:
         lat, lon = self.grid.centre(y)
@@ -281,7 +301,7 @@ class GridMechanism(Mechanism):
     def parse_report_value(self, raw: Any, field: str = "value") -> int:
         if not isinstance(raw, dict):
             raise ReportError(f"{field} must be an object {{lat, lon}}", field=field)
-        lat, lon = self._latlon(raw, field, ReportError)
+        lat, lon = parse_location(raw, field, ReportError)
         index = self.grid.centre_index(lat, lon)
         if index is None:
             raise ReportError(
@@ -557,8 +577,9 @@ class HadamardResponse(IntegerWeights, OverDomain, Mechanism):
     integer below ``K`` (``log2 K`` bits), and the server inverts the channel with
     one fast Walsh-Hadamard transform, O(K log K), whatever the number of users.
 
-    The values are labels (``domain``) or the integers ``0 .. K - 1``
-    (``domain_size``, :class:`shared.domain.Domain`).
+    The values are labels (``domain``), the integers ``0 .. K - 1``
+    (``domain_size``, :class:`shared.domain.Domain`), or a region's cells (``grid``:
+    a location is snapped to its cell on the device, as for :class:`KRR`).
 
     The side is drawn with integer weights exactly as binary randomized
     response's (``keep / unit <= e^epsilon``, :func:`shared.exactness.krr_weights`);
@@ -574,9 +595,11 @@ class HadamardResponse(IntegerWeights, OverDomain, Mechanism):
         epsilon: float,
         domain: Sequence[str] | None = None,
         domain_size: int | None = None,
+        grid: Grid | None = None,
     ):
         self.epsilon = positive_finite(epsilon, "epsilon")
-        self.values = Domain(labels=domain, size=domain_size)
+        self.grid = grid
+        self.values = Domain(labels=cell_domain(domain, grid), size=domain_size)
         self._set_weights(2)
         self.size = 1 << self.values.size.bit_length()  # K: a power of two above k
 

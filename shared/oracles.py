@@ -31,7 +31,8 @@ from typing import Any
 
 from shared.domain import Domain, OverDomain
 from shared.errors import ReportError
-from shared.mechanisms import IntegerWeights, Mechanism
+from shared.geo import Grid
+from shared.mechanisms import IntegerWeights, Mechanism, cell_domain
 from shared.rng import RandomSource, default_rng, randbelow
 from shared.schema import positive_finite
 from shared.spec import OLH_NAME, OUE_NAME
@@ -117,7 +118,11 @@ class OLH(IntegerWeights, OverDomain, Mechanism):
     domain : sequence of str, optional
         The labels; or
     domain_size : int, optional
-        ``K``: the values are the integers ``0 .. K - 1`` (K < 2**32).
+        ``K``: the values are the integers ``0 .. K - 1`` (K < 2**32); or
+    grid : shared.geo.Grid, optional
+        A region's grid: the values are its cells, labelled ``r{row}c{col}``, and a
+        true value is a location ``{"lat", "lon"}``, snapped to its cell on the
+        device before the cell's index is hashed.
     pool_size : int
         ``S``, the number of hash functions devices draw from (1 to 65536).
     """
@@ -130,10 +135,12 @@ class OLH(IntegerWeights, OverDomain, Mechanism):
         epsilon: float,
         domain: Sequence[str] | None = None,
         domain_size: int | None = None,
+        grid: Grid | None = None,
         pool_size: int = DEFAULT_POOL_SIZE,
     ):
         self.epsilon = positive_finite(epsilon, "epsilon")
-        self.values = Domain(labels=domain, size=domain_size)
+        self.grid = grid
+        self.values = Domain(labels=cell_domain(domain, grid), size=domain_size)
         if self.values.size > MAX_HASHED_VALUES:
             raise ValueError(f"OLH hashes at most 2**32 values, got {self.values.size}")
         if isinstance(pool_size, bool) or not isinstance(pool_size, int):

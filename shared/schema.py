@@ -78,6 +78,8 @@ class Number:
     integer: bool = False
     enum: tuple[float, ...] | None = None
     description: str = ""
+    # The minimum in words, for the error message (its value by default).
+    minimum_text: str = ""
 
     def check(self, value: Any, field: str, error: ErrorType = ValidationError) -> float:
         """``value`` if it is a number within the bounds (an int when ``integer``)."""
@@ -94,7 +96,8 @@ class Number:
                 if not number > self.minimum:
                     raise error(f"{field} must be > {self.minimum}, got {number!r}", field=field)
             elif not number >= self.minimum:
-                raise error(f"{field} must be at least {self.minimum}, got {number!r}", field=field)
+                least = self.minimum_text or self.minimum
+                raise error(f"{field} must be at least {least}, got {number!r}", field=field)
         if self.maximum is not None and not number <= self.maximum:
             raise error(f"{field} must be at most {self.maximum}, got {number!r}", field=field)
         return number
@@ -318,13 +321,54 @@ class OneOf:
         )
 
 
-Descriptor = Number | String | Boolean | Array | Object | OneOf
+@dataclass(frozen=True)
+class Shapes:
+    """An object of exactly one of several shapes, each an :class:`Object` with its own
+    required properties (a domain of labels, a domain size, a region and its grid).
+
+    No value may fit two shapes: each shape requires a property the others do not
+    have. The schema is the shapes' ``oneOf``. :meth:`check` checks the properties
+    as :meth:`merged` (every property of any shape) does; which shape a value has is
+    left to the caller, which refuses a mix in its own words, naming the field.
+    """
+
+    choices: tuple[Object, ...]
+    description: str = ""
+
+    @property
+    def properties(self) -> dict[str, Descriptor]:
+        """Every shape's properties (one that several shapes have, as the last describes it)."""
+        return {name: item for choice in self.choices for name, item in choice.properties.items()}
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        """What every shape requires."""
+        first, *others = self.choices
+        return tuple(name for name in first.required if all(name in o.required for o in others))
+
+    def merged(self) -> Object:
+        """One object with every shape's properties, requiring what every shape requires."""
+        return Object(self.properties, self.required, self.description, self.choices[0].noun)
+
+    def check(
+        self, value: Any, field: str | None, error: ErrorType = ValidationError
+    ) -> dict[str, Any]:
+        return self.merged().check(value, field, error)
+
+    def schema(self) -> dict[str, Any]:
+        return _with_description(
+            {"oneOf": [choice.schema() for choice in self.choices]}, self.description
+        )
+
+
+Descriptor = Number | String | Boolean | Array | Object | OneOf | Shapes
 _JSON_TYPES: dict[type, type | tuple[type, ...]] = {
     Number: (int, float),
     String: str,
     Boolean: bool,
     Array: list,
     Object: dict,
+    Shapes: dict,
 }
 _JSON_NAMES = {
     Number: "a number",
@@ -332,4 +376,5 @@ _JSON_NAMES = {
     Boolean: "a boolean",
     Array: "a list",
     Object: "an object",
+    Shapes: "an object",
 }

@@ -21,7 +21,7 @@ from shared.errors import SpecError
 from shared.exactness import check_planar_epsilon, krr_weights
 from shared.geo import Grid, Region
 from shared.periods import DEFAULT_PERIOD, PERIODS
-from shared.schema import Array, Boolean, Descriptor, Number, Object, String
+from shared.schema import Array, Boolean, Descriptor, Number, Object, Shapes, String
 
 RR = "rr"
 KRR = "krr"
@@ -37,6 +37,10 @@ MECHANISMS = (RR, KRR, PLANAR_LAPLACE, GEOMETRIC, EXPONENTIAL_GRID, HADAMARD_RES
 ORACLES = (HADAMARD_RESPONSE, OLH_NAME)
 # The mechanisms whose values and reports are the cells of a report grid.
 GRID_MECHANISMS = (PLANAR_LAPLACE, EXPONENTIAL_GRID)
+# The categorical mechanisms that also take a region: their values are then its grid's cells.
+CELL_MECHANISMS = (KRR, HADAMARD_RESPONSE, OLH_NAME)
+# Every mechanism that takes a region and its grid.
+REGION_MECHANISMS = (*GRID_MECHANISMS, *CELL_MECHANISMS)
 MANHATTAN = "manhattan"
 EUCLIDEAN = "euclidean"
 GRID_METRICS = (MANHATTAN, EUCLIDEAN)
@@ -46,8 +50,10 @@ MIN_DOMAIN = 2
 MAX_DOMAIN = 100_000
 MAX_LABEL_LENGTH = 200
 MAX_TITLE_LENGTH = 200
-# Categorical epsilon above this gives no meaningful protection.
+# Categorical epsilon above this gives no meaningful protection; below the minimum k-RR's
+# integer weights are equal (shared.exactness.krr_weights).
 MAX_EPSILON = 50.0
+MIN_CATEGORICAL_EPSILON = 2.0**-63
 MIN_CELL_SIZE_M = 1.0
 # The planar projection is not supported nearer the poles.
 MAX_LATITUDE = 85.0
@@ -90,11 +96,12 @@ _ENROLLMENT_REQUIRED = Boolean(
     description="reports need a single-use enrollment token issued by the admin"
 )
 _CATEGORICAL_EPSILON = Number(
-    minimum=0,
-    exclusive_minimum=True,
+    minimum=MIN_CATEGORICAL_EPSILON,
     maximum=MAX_EPSILON,
-    description="local-DP parameter; with the domain size, within the limits of the "
-    "device's integer sampler",
+    description="local-DP parameter; from 2**-63, below which the device's integer weights "
+    "cannot tell the true value from another",
+    minimum_text="2**-63 (about 1.08e-19): below it the device's integer weights cannot tell "
+    "the true value from another",
 )
 _LABELS = Array(
     String(max_length=MAX_LABEL_LENGTH),
@@ -131,7 +138,13 @@ _METRIC = String(
     enum=GRID_METRICS,
     description=f"the distance the score is minus: default {MANHATTAN}",
 )
-_CELL_SIZE = Number(minimum=MIN_CELL_SIZE_M, description=f"at most {MAX_CELLS} cells in the region")
+_CELL_SIZE = Number(
+    minimum=MIN_CELL_SIZE_M,
+    description=f"metres; at most {MAX_CELLS:,} cells in the region ({MAX_DOMAIN:,} for krr), "
+    "and at least 2 for krr, olh and hadamard_response",
+)
+# A region and its report grid: the fields of every campaign over locations, described once.
+REGION_GRID: dict[str, Descriptor] = {"region": REGION, "cell_size_m": _CELL_SIZE}
 _PRIVACY_LEVEL = Number(minimum=0, exclusive_minimum=True, description="with privacy_radius_m")
 _PRIVACY_RADIUS = Number(minimum=0, exclusive_minimum=True, description="with privacy_level")
 _GEOMETRIC_EPSILON = Number(
@@ -161,91 +174,111 @@ _COMMON: dict[str, Descriptor] = {
     "enrollment_required": _ENROLLMENT_REQUIRED,
     "period": PERIOD,
 }
-# Each mechanism's spec as one object: what the server's OpenAPI document shows.
-SPEC_SCHEMAS = {
-    RR: Object(
-        {
-            **_COMMON,
-            "mechanism": String(enum=(RR,)),
-            "epsilon": _CATEGORICAL_EPSILON,
-            "domain": _RR_LABELS,
-        },
-        required=("id", "title", "mechanism", "epsilon"),
-        description="Binary randomized response",
+_REQUIRED = ("id", "title", "mechanism")
+
+
+def _spec(
+    mechanism: str, fields: dict[str, Descriptor], required: tuple[str, ...], description: str
+) -> Object:
+    """One shape of a mechanism's spec: the common fields, the mechanism's name, ``fields``."""
+    return Object(
+        {**_COMMON, "mechanism": String(enum=(mechanism,)), **fields},
+        required=(*_REQUIRED, *required),
+        description=description,
+    )
+
+
+def _cells(mechanism: str, name: str) -> Object:
+    """A categorical mechanism's spec over a region's cells."""
+    return _spec(
+        mechanism,
+        {"epsilon": _CATEGORICAL_EPSILON, **REGION_GRID},
+        ("epsilon", *REGION_GRID),
+        f"{name} over a region's cells: a device reports its location, snapped to its cell; "
+        "epsilon bounds the ratio between any two cells, near or far",
+    )
+
+
+def _oracle(mechanism: str, name: str) -> Shapes:
+    return Shapes(
+        (
+            _spec(
+                mechanism,
+                {"epsilon": _CATEGORICAL_EPSILON, "domain": _ORACLE_LABELS},
+                ("epsilon", "domain"),
+                f"{name} over labels",
+            ),
+            _spec(
+                mechanism,
+                {"epsilon": _CATEGORICAL_EPSILON, "domain_size": _DOMAIN_SIZE},
+                ("epsilon", "domain_size"),
+                f"{name} over the integers 0 .. domain_size - 1",
+            ),
+            _cells(mechanism, name),
+        ),
+        description=f"{name} over a large domain: labels (domain), the integers "
+        "0 .. domain_size - 1, or a region's cells (region with cell_size_m)",
+    )
+
+
+# Each mechanism's spec: an object, or one of a few shapes (a domain of labels, a domain size,
+# a region and its grid). The server's OpenAPI document is generated from these.
+SPEC_SCHEMAS: dict[str, Object | Shapes] = {
+    RR: _spec(
+        RR,
+        {"epsilon": _CATEGORICAL_EPSILON, "domain": _RR_LABELS},
+        ("epsilon",),
+        "Binary randomized response",
     ),
-    KRR: Object(
-        {
-            **_COMMON,
-            "mechanism": String(enum=(KRR,)),
-            "epsilon": _CATEGORICAL_EPSILON,
-            "domain": _LABELS,
-        },
-        required=("id", "title", "mechanism", "epsilon", "domain"),
-        description="k-ary randomized response",
+    KRR: Shapes(
+        (
+            _spec(
+                KRR,
+                {"epsilon": _CATEGORICAL_EPSILON, "domain": _LABELS},
+                ("epsilon", "domain"),
+                "k-ary randomized response over labels",
+            ),
+            _cells(KRR, "k-ary randomized response"),
+        ),
+        description="k-ary randomized response over labels (domain) or a region's cells "
+        "(region with cell_size_m)",
     ),
-    PLANAR_LAPLACE: Object(
-        {
-            **_COMMON,
-            "mechanism": String(enum=(PLANAR_LAPLACE,)),
-            "epsilon": _PLANAR_EPSILON,
-            "region": REGION,
-            "cell_size_m": _CELL_SIZE,
-            "privacy_level": _PRIVACY_LEVEL,
-            "privacy_radius_m": _PRIVACY_RADIUS,
-        },
-        required=("id", "title", "mechanism", "region", "cell_size_m"),
+    PLANAR_LAPLACE: Shapes(
+        (
+            _spec(
+                PLANAR_LAPLACE,
+                {"epsilon": _PLANAR_EPSILON, **REGION_GRID},
+                ("epsilon", *REGION_GRID),
+                "Planar Laplace with epsilon per metre",
+            ),
+            _spec(
+                PLANAR_LAPLACE,
+                {
+                    **REGION_GRID,
+                    "privacy_level": _PRIVACY_LEVEL,
+                    "privacy_radius_m": _PRIVACY_RADIUS,
+                },
+                (*REGION_GRID, "privacy_level", "privacy_radius_m"),
+                "Planar Laplace with privacy_level within privacy_radius_m",
+            ),
+        ),
         description="Planar Laplace over a grid of cells (geo-indistinguishability)",
     ),
-    EXPONENTIAL_GRID: Object(
-        {
-            **_COMMON,
-            "mechanism": String(enum=(EXPONENTIAL_GRID,)),
-            "epsilon": _GRID_EPSILON,
-            "region": REGION,
-            "cell_size_m": _CELL_SIZE,
-            "metric": _METRIC,
-        },
-        required=("id", "title", "mechanism", "region", "cell_size_m"),
-        description="The exponential mechanism over a grid's cells, score minus the Manhattan "
+    EXPONENTIAL_GRID: _spec(
+        EXPONENTIAL_GRID,
+        {"epsilon": _GRID_EPSILON, **REGION_GRID, "metric": _METRIC},
+        ("epsilon", *REGION_GRID),
+        "The exponential mechanism over a grid's cells, score minus the Manhattan "
         "or Euclidean distance, clamped into the grid",
     ),
-    GEOMETRIC: Object(
-        {
-            **_COMMON,
-            "mechanism": String(enum=(GEOMETRIC,)),
-            "epsilon": _GEOMETRIC_EPSILON,
-            "lo": _BOUND,
-            "hi": _BOUND,
-        },
-        required=("id", "title", "mechanism", "epsilon", "lo", "hi"),
-        description="The geometric mechanism (discrete Laplace) on the integers lo..hi, "
-        "clamped at the ends",
+    GEOMETRIC: _spec(
+        GEOMETRIC,
+        {"epsilon": _GEOMETRIC_EPSILON, "lo": _BOUND, "hi": _BOUND},
+        ("epsilon", "lo", "hi"),
+        "The geometric mechanism (discrete Laplace) on the integers lo..hi, clamped at the ends",
     ),
-    **{
-        name: Object(
-            {
-                **_COMMON,
-                    "mechanism": String(enum=(name,)),
-                "epsilon": _CATEGORICAL_EPSILON,
-                "domain": _ORACLE_LABELS,
-                "domain_size": _DOMAIN_SIZE,
-            },
-            required=("id", "title", "mechanism", "epsilon"),
-            description=description,
-        )
-        for name, description in (
-            (
-                HADAMARD_RESPONSE,
-                "Hadamard response over a large domain: labels (domain) or the integers "
-                "0 .. domain_size - 1",
-            ),
-            (
-                OLH_NAME,
-                "Optimized local hashing over a large domain: labels (domain) or the integers "
-                "0 .. domain_size - 1",
-            ),
-        )
-    },
+    HADAMARD_RESPONSE: _oracle(HADAMARD_RESPONSE, "Hadamard response"),
+    OLH_NAME: _oracle(OLH_NAME, "Optimized local hashing"),
 }
 
 # A campaign created without a mechanism: the server ranks the mechanisms it hosts for the
@@ -260,25 +293,46 @@ EXPECTED_USERS = Number(
     description=f"users the campaign is planned for (default {DEFAULT_EXPECTED_USERS:,}); "
     "only when the server chooses the mechanism",
 )
-ADVISED_SCHEMA = Object(
-    {
-        **_COMMON,
-        "epsilon": Number(
-            minimum=0,
-            exclusive_minimum=True,
-            description="as the chosen mechanism takes it: local-DP for labels, per unit for a "
-            "range (the other mechanisms run at it too), per metre for a region",
+_ADVISED: dict[str, Descriptor] = {**_COMMON, "expected_users": EXPECTED_USERS}
+ADVISED_SCHEMA = Shapes(
+    (
+        Object(
+            {**_ADVISED, "epsilon": _CATEGORICAL_EPSILON, "domain": _LABELS},
+            required=("id", "title", "epsilon", "domain"),
+            description="labels (domain), epsilon local-DP",
         ),
-        "domain": _LABELS,
-        "lo": _BOUND,
-        "hi": _BOUND,
-        "region": REGION,
-        "cell_size_m": _CELL_SIZE,
-        "privacy_level": _PRIVACY_LEVEL,
-        "privacy_radius_m": _PRIVACY_RADIUS,
-        "expected_users": EXPECTED_USERS,
-    },
-    required=("id", "title"),
+        Object(
+            {
+                **_ADVISED,
+                "epsilon": replace(
+                    _CATEGORICAL_EPSILON,
+                    minimum=0,
+                    exclusive_minimum=True,
+                    description="per unit of the range; the mechanisms over labels run at it too",
+                    minimum_text="",
+                ),
+                "lo": _BOUND,
+                "hi": _BOUND,
+            },
+            required=("id", "title", "epsilon", "lo", "hi"),
+            description="an integer range (lo and hi), epsilon per unit",
+        ),
+        Object(
+            {**_ADVISED, "epsilon": _PLANAR_EPSILON, **REGION_GRID},
+            required=("id", "title", "epsilon", *REGION_GRID),
+            description="a region (region with cell_size_m), epsilon per metre",
+        ),
+        Object(
+            {
+                **_ADVISED,
+                **REGION_GRID,
+                "privacy_level": _PRIVACY_LEVEL,
+                "privacy_radius_m": _PRIVACY_RADIUS,
+            },
+            required=("id", "title", *REGION_GRID, "privacy_level", "privacy_radius_m"),
+            description="a region (region with cell_size_m), privacy_level within privacy_radius_m",
+        ),
+    ),
     description="A campaign without a mechanism: give one domain (domain labels, lo and hi, or "
     "region with cell_size_m); the server picks the mechanism with the lowest expected error "
     "among those it hosts and says why in the response's advice",
@@ -287,24 +341,31 @@ ADVISED_SCHEMA = Object(
 # Fields the server adds when it serves a spec; not part of the hashed spec.
 SERVER_FIELDS = frozenset({"status", "spec_hash", "created_at"})
 _SPEC_FIELDS = frozenset(name for schema in SPEC_SCHEMAS.values() for name in schema.properties)
-_PLANAR_ONLY = tuple(
-    name
-    for name in {
-        **SPEC_SCHEMAS[PLANAR_LAPLACE].properties,
-        **SPEC_SCHEMAS[EXPONENTIAL_GRID].properties,
-    }
-    if name not in SPEC_SCHEMAS[KRR].properties
-)
+_REGION_FIELDS = tuple(REGION_GRID)
+_PRIVACY_FIELDS = ("privacy_level", "privacy_radius_m")
 _RANGE_FIELDS = ("lo", "hi")
+# Values over a region's cells, by mechanism: k-RR's labels, the oracles' domain size.
+_MAX_VALUES = {KRR: MAX_DOMAIN, HADAMARD_RESPONSE: MAX_DOMAIN_SIZE, OLH_NAME: MAX_DOMAIN_SIZE}
 
 
-def _categorical_epsilon(data: dict[str, Any]) -> float:
-    """The epsilon of a spec over values without geometry, which takes no planar fields."""
-    for field in _PLANAR_ONLY:
+def _categorical_epsilon(data: dict[str, Any], mechanism: str) -> float:
+    """The epsilon of a spec over values without distances, which takes no planar fields."""
+    for field in _PRIVACY_FIELDS:
         if field in data:
             raise SpecError(
-                f"{field} applies only to planar_laplace and exponential_grid", field=field
+                f"{field} applies only to planar_laplace, whose epsilon is per metre: "
+                f"{mechanism}'s epsilon bounds the ratio between every two values, cells near "
+                "or far alike, so no radius changes it; give epsilon",
+                field=field,
             )
+    if mechanism not in REGION_MECHANISMS:
+        for field in _REGION_FIELDS:
+            if field in data:
+                raise SpecError(
+                    f"{field} applies only to {', '.join(REGION_MECHANISMS[:-1])} and "
+                    f"{REGION_MECHANISMS[-1]}",
+                    field=field,
+                )
     if "epsilon" not in data:
         raise SpecError("epsilon is required", field="epsilon")
     return float(_CATEGORICAL_EPSILON.check(data["epsilon"], "epsilon", SpecError))
@@ -408,16 +469,16 @@ class CampaignSpec:
                 f"domain_size applies only to {' and '.join(ORACLES)}", field="domain_size"
             )
         if mechanism in ORACLES:
-            return cls._oracle_from_dict(data, mechanism, common)
+            return cls._oracle_from_dict(data, mechanism, common, stored=stored)
         if mechanism in GRID_MECHANISMS:
             return cls._planar_from_dict(data, mechanism, common, stored=stored)
         if mechanism == GEOMETRIC:
             return cls._geometric_from_dict(data, common)
-        return cls._categorical_from_dict(data, mechanism, common)
+        return cls._categorical_from_dict(data, mechanism, common, stored=stored)
 
     @classmethod
     def _geometric_from_dict(cls, data: dict[str, Any], common: dict[str, Any]) -> CampaignSpec:
-        for field in ("domain", *_PLANAR_ONLY):
+        for field in ("domain", *_REGION_FIELDS, *_PRIVACY_FIELDS):
             if field in data:
                 raise SpecError(f"geometric takes lo and hi, not {field}", field=field)
         for required in ("epsilon", *_RANGE_FIELDS):
@@ -431,38 +492,109 @@ class CampaignSpec:
 
     @classmethod
     def _oracle_from_dict(
-        cls, data: dict[str, Any], mechanism: str, common: dict[str, Any]
+        cls, data: dict[str, Any], mechanism: str, common: dict[str, Any], *, stored: bool
     ) -> CampaignSpec:
-        epsilon = _categorical_epsilon(data)
-        if ("domain" in data) == ("domain_size" in data):
+        epsilon = _categorical_epsilon(data, mechanism)
+        forms = [name for name in ("domain", "domain_size", "region") if name in data]
+        if len(forms) != 1 and not (forms == [] and "cell_size_m" in data):
             raise SpecError(
-                f"{mechanism} takes either domain (at most {MAX_DOMAIN:,} labels) or domain_size "
-                f"(the integers 0 .. K - 1, K at most {MAX_DOMAIN_SIZE:,}), exactly one of them",
-                field="domain",
+                f"{mechanism} takes domain (at most {MAX_DOMAIN:,} labels), domain_size (the "
+                f"integers 0 .. K - 1, K at most {MAX_DOMAIN_SIZE:,}) or region with cell_size_m "
+                "(its grid's cells), exactly one of them"
+                + (f"; got {' and '.join(forms)}" if forms else ""),
+                field=forms[-1] if forms else "domain",
             )
-        domain: tuple[str, ...] | None = None
-        size: int | None = None
+        check_krr_epsilon(epsilon, 2)
+        if "domain" in data or "domain_size" in data:
+            cls._no_grid(data, mechanism, forms[0])
         if "domain" in data:
             domain = tuple(_ORACLE_LABELS.check(data["domain"], "domain", SpecError))
-        else:
+            return cls(mechanism=mechanism, epsilon=epsilon, domain=domain, **common)
+        if "domain_size" in data:
             size = int(_DOMAIN_SIZE.check(data["domain_size"], "domain_size", SpecError))
-        check_krr_epsilon(epsilon, 2)
-        return cls(mechanism=mechanism, epsilon=epsilon, domain=domain, domain_size=size, **common)
+            return cls(mechanism=mechanism, epsilon=epsilon, domain_size=size, **common)
+        return cls._over_cells(data, mechanism, epsilon, common, stored=stored)
 
     @classmethod
     def _categorical_from_dict(
-        cls, data: dict[str, Any], mechanism: str, common: dict[str, Any]
+        cls, data: dict[str, Any], mechanism: str, common: dict[str, Any], *, stored: bool
     ) -> CampaignSpec:
-        epsilon = _categorical_epsilon(data)
+        epsilon = _categorical_epsilon(data, mechanism)
         if "domain" in data:
+            if mechanism == KRR:
+                cls._no_grid(data, mechanism, "domain")
             labels = _RR_LABELS if mechanism == RR else _LABELS
             domain = tuple(labels.check(data["domain"], "domain", SpecError))
         elif mechanism == RR:
             domain = RR_DEFAULT_DOMAIN
+        elif "region" in data or "cell_size_m" in data:
+            return cls._over_cells(data, mechanism, epsilon, common, stored=stored)
         else:
-            raise SpecError("domain is required for krr", field="domain")
+            raise SpecError(
+                "krr takes domain (its labels) or region with cell_size_m (its grid's cells)",
+                field="domain",
+            )
         check_krr_epsilon(epsilon, len(domain))
         return cls(mechanism=mechanism, epsilon=epsilon, domain=domain, **common)
+
+    @staticmethod
+    def _no_grid(data: dict[str, Any], mechanism: str, form: str) -> None:
+        """:class:`SpecError` if a spec over ``form`` (domain, domain_size) has grid fields."""
+        for field in _REGION_FIELDS:
+            if field in data:
+                raise SpecError(
+                    f"{mechanism} takes {form} or region with cell_size_m, not both: over a "
+                    "region the values are its grid's cells",
+                    field=field,
+                )
+
+    @classmethod
+    def _over_cells(
+        cls,
+        data: dict[str, Any],
+        mechanism: str,
+        epsilon: float,
+        common: dict[str, Any],
+        *,
+        stored: bool,
+    ) -> CampaignSpec:
+        """A categorical mechanism's spec over a region's cells."""
+        grid = cls._parse_grid(
+            data, mechanism, max_cells=min(MAX_CELLS, _MAX_VALUES[mechanism]), stored=stored
+        )
+        if grid.n_cells < MIN_DOMAIN:
+            raise SpecError(
+                f"the grid would have {grid.rows} x {grid.cols} cell; {mechanism} needs at least "
+                f"{MIN_DOMAIN}: use smaller cells or a larger region",
+                field="cell_size_m",
+            )
+        check_krr_epsilon(epsilon, grid.n_cells if mechanism == KRR else 2)
+        return cls(
+            mechanism=mechanism,
+            epsilon=epsilon,
+            region=grid.region,
+            cell_size_m=grid.cell_size_m,
+            **common,
+        )
+
+    @classmethod
+    def _parse_grid(
+        cls, data: dict[str, Any], mechanism: str, *, max_cells: int, stored: bool
+    ) -> Grid:
+        """The region and its grid of a spec (:data:`REGION_GRID`), whatever the mechanism."""
+        region = cls._parse_region(data.get("region"), mechanism, bound_distortion=not stored)
+        if "cell_size_m" not in data:
+            raise SpecError(f"cell_size_m is required for {mechanism}", field="cell_size_m")
+        cell = _CELL_SIZE.check(data["cell_size_m"], "cell_size_m", SpecError)
+        grid = Grid(region, cell)
+        if grid.n_cells > max_cells:
+            raise SpecError(
+                f"the grid would have {grid.rows} x {grid.cols} cells; at most {max_cells:,} are "
+                f"allowed{f' for {mechanism}' if max_cells < MAX_CELLS else ''}: use larger "
+                "cells or a smaller region",
+                field="cell_size_m",
+            )
+        return grid
 
     @classmethod
     def _planar_from_dict(
@@ -470,17 +602,8 @@ class CampaignSpec:
     ) -> CampaignSpec:
         if "domain" in data:
             raise SpecError(f"{mechanism} takes a region, not a domain", field="domain")
-        region = cls._parse_region(data.get("region"), mechanism, bound_distortion=not stored)
-        if "cell_size_m" not in data:
-            raise SpecError(f"cell_size_m is required for {mechanism}", field="cell_size_m")
-        cell = _CELL_SIZE.check(data["cell_size_m"], "cell_size_m", SpecError)
-        grid = Grid(region, cell)
-        if grid.n_cells > MAX_CELLS:
-            raise SpecError(
-                f"the grid would have {grid.rows} x {grid.cols} cells; at most {MAX_CELLS} are "
-                "allowed: use larger cells or a smaller region",
-                field="cell_size_m",
-            )
+        grid = cls._parse_grid(data, mechanism, max_cells=MAX_CELLS, stored=stored)
+        region, cell = grid.region, grid.cell_size_m
         level: float | None = None
         radius: float | None = None
         if mechanism == EXPONENTIAL_GRID:

@@ -20,6 +20,7 @@ from aggregator.http.export import FORMAT
 from aggregator.http.routes import LISTED_DOMAIN_LIMIT, STATUS_UPDATE
 from aggregator.services import current_settings
 from aggregator.storage.store import STATUSES
+from shared.schema import Shapes
 from shared.spec import (
     ADVISED_SCHEMA,
     CAMPAIGN_ID,
@@ -167,21 +168,42 @@ def _json_body(schema: dict) -> dict[str, Any]:
     return {"required": True, "content": {"application/json": {"schema": schema}}}
 
 
-def _spec_schemas() -> dict[str, Any]:
-    """One schema per mechanism's spec, and the campaign (spec plus server fields) of each."""
-    schemas: dict[str, Any] = {}
-    for mechanism, name in _SPEC_VARIANTS.items():
-        spec = SPEC_SCHEMAS[mechanism].schema()
-        schemas[name] = spec
-        schemas[f"{name[: -len('Spec')]}Campaign"] = {
-            **spec,
-            "properties": {**spec["properties"], **_SERVER_PROPERTIES},
-            # A served spec always has its epsilon, whichever way it was given.
-            "required": [*dict.fromkeys([*spec["required"], "epsilon", "status", "spec_hash"])],
-        }
-    schemas["CampaignSpec"] = {
-        "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in _SPEC_VARIANTS.values()]
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _by_mechanism(names: dict[str, str]) -> dict[str, Any]:
+    """One of the schemas ``names`` (by mechanism), told apart by the body's ``mechanism``."""
+    return {
+        "oneOf": [_ref(name) for name in names.values()],
+        "discriminator": {
+            "propertyName": "mechanism",
+            "mapping": {mechanism: _ref(name)["$ref"] for mechanism, name in names.items()},
+        },
     }
+
+
+def _spec_schemas() -> dict[str, Any]:
+    """One schema per mechanism's spec, and the campaign (spec plus server fields) of each.
+
+    A spec's schema is exact where a mechanism takes one of a few shapes (labels, a
+    domain size, a region and its grid): one object per shape, so that a body valid
+    against it has one of them. A served campaign is the shapes' fields together.
+    """
+    schemas: dict[str, Any] = {}
+    campaigns: dict[str, str] = {}
+    for mechanism, name in _SPEC_VARIANTS.items():
+        described = SPEC_SCHEMAS[mechanism]
+        schemas[name] = described.schema()
+        served = (described.merged() if isinstance(described, Shapes) else described).schema()
+        campaigns[mechanism] = f"{name[: -len('Spec')]}Campaign"
+        schemas[campaigns[mechanism]] = {
+            **served,
+            "properties": {**served["properties"], **_SERVER_PROPERTIES},
+            # A served spec always has its epsilon, whichever way it was given.
+            "required": [*dict.fromkeys([*served["required"], "epsilon", "status", "spec_hash"])],
+        }
+    schemas["CampaignSpec"] = _by_mechanism(_SPEC_VARIANTS)
     schemas["AdvisedSpec"] = ADVISED_SCHEMA.schema()
     schemas["Advice"] = _ADVICE
     # What creating a campaign answers: the campaign, and the advice when the server chose.
@@ -197,12 +219,7 @@ def _spec_schemas() -> dict[str, Any]:
             for name in _SPEC_VARIANTS.values()
         ]
     }
-    schemas["Campaign"] = {
-        "oneOf": [
-            {"$ref": f"#/components/schemas/{name[: -len('Spec')]}Campaign"}
-            for name in _SPEC_VARIANTS.values()
-        ]
-    }
+    schemas["Campaign"] = _by_mechanism(campaigns)
     schemas["ListedCampaign"] = {"oneOf": [_listed(schemas, name) for name in _SPEC_VARIANTS]}
     return schemas
 
@@ -258,7 +275,6 @@ def _enrollment_tokens_path() -> dict[str, Any]:
 
 def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
     """The OpenAPI document for a server that takes batches of up to ``max_batch`` reports."""
-    specs = _SPEC_VARIANTS.values()
     estimate = {
         "type": "object",
         "required": ["campaign", "method", "n", "estimates"],
@@ -426,12 +442,7 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
                     "mechanisms it hosts for the domain at expected_users and creates the "
                     "campaign with the best; the response's advice says which and why.",
                     "requestBody": _json_body(
-                        {
-                            "oneOf": [
-                                *({"$ref": f"#/components/schemas/{name}"} for name in specs),
-                                {"$ref": "#/components/schemas/AdvisedSpec"},
-                            ]
-                        }
+                        {"oneOf": [_ref("CampaignSpec"), _ref("AdvisedSpec")]}
                     ),
                     "responses": {
                         "201": _json(_CREATED_REF, "Created"),

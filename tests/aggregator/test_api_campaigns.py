@@ -221,3 +221,52 @@ def test_health(client):
     body = client.get("/api/v1/health").get_json()
     assert body["status"] == "ok"
     assert body["storage"]["accepting_reports"] is True
+
+
+REGION = {"lat_min": 37.77, "lat_max": 37.78, "lon_min": -122.42, "lon_max": -122.41}
+CELLS_SPEC = {
+    "id": "cells",
+    "title": "Where, by cell",
+    "mechanism": "krr",
+    "epsilon": 2.0,
+    "region": REGION,
+    "cell_size_m": 200,
+}
+
+
+@pytest.mark.parametrize("mechanism", ["krr", "olh", "hadamard_response"])
+def test_a_categorical_campaign_over_a_regions_cells(client, admin, mechanism):
+    spec = {**CELLS_SPEC, "mechanism": mechanism}
+    response = client.post("/api/v1/campaigns", json=spec, headers=admin)
+    assert response.status_code == 201, response.get_json()
+    served = client.get("/api/v1/campaigns/cells").get_json()
+    parsed, meta = CampaignSpec.from_wire(served)
+    assert parsed == CampaignSpec.from_dict(spec) and meta["spec_hash"] == parsed.spec_hash
+    assert served["region"] == REGION and "domain" not in served
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "change", "field", "words"),
+    [
+        ("rr", {}, "region", "applies only to planar_laplace, exponential_grid, krr"),
+        ("rr", {"region": None}, "cell_size_m", "exponential_grid, krr, hadamard_response and"),
+        ("krr", {"privacy_level": 2, "privacy_radius_m": 200}, "privacy_level", "near or far"),
+        ("olh", {"privacy_radius_m": 200}, "privacy_radius_m", "near or far"),
+        ("krr", {"domain": ["a", "b"]}, "region", "not both"),
+        ("hadamard_response", {"domain": ["a", "b"]}, "region", "exactly one"),
+        ("olh", {"domain_size": 100}, "region", "exactly one"),
+        ("krr", {"cell_size_m": 1}, "cell_size_m", "at most 100,000 are allowed for krr"),
+        ("olh", {"cell_size_m": 5000}, "cell_size_m", "needs at least 2"),
+        ("geometric", {"lo": 0, "hi": 10}, "region", "geometric takes lo and hi"),
+    ],
+)
+def test_a_region_a_mechanism_cannot_take_is_refused_naming_the_field(
+    client, admin, mechanism, change, field, words
+):
+    spec = {**CELLS_SPEC, "mechanism": mechanism, **change}
+    spec = {key: value for key, value in spec.items() if value is not None}
+    response = client.post("/api/v1/campaigns", json=spec, headers=admin)
+    assert response.status_code == 422, response.get_json()
+    error = error_of(response)
+    assert (error["code"], error["field"]) == ("invalid_spec", field), error
+    assert words in error["message"]

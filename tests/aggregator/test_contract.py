@@ -72,6 +72,8 @@ ADVISED_BASES = [
     {"id": "x", "title": "Fruit", "epsilon": 1.0, "domain": ["apple", "banana", "cherry"]},
     {"id": "x", "title": "Age", "epsilon": 0.5, "lo": 0, "hi": 120},
     {"id": "x", "title": "Where", "epsilon": 0.01, "region": REGION, "cell_size_m": 20},
+    {"id": "x", "title": "Where", "region": REGION, "cell_size_m": 20}
+    | {"privacy_level": 2, "privacy_radius_m": 200},
 ]
 SPEC_BASES = {
     "rr": {"id": "x", "title": "Q", "mechanism": "rr", "epsilon": 1.0, "domain": ["no", "yes"]},
@@ -116,6 +118,25 @@ SPEC_BASES = {
     },
     "olh": {"id": "x", "title": "App", "mechanism": "olh", "epsilon": 1.0, "domain_size": 5000},
 }
+# A spec of several shapes (labels, a domain size, a region's cells; epsilon or a privacy level
+# within a radius) is walked on one body per shape.
+CELLS = {"epsilon": 1.0, "region": REGION, "cell_size_m": 20}
+SHAPE_BASES = {mechanism: [base] for mechanism, base in SPEC_BASES.items()}
+SHAPE_BASES["krr"].append({"id": "x", "title": "Where", "mechanism": "krr", **CELLS})
+SHAPE_BASES["planar_laplace"].append(
+    {"id": "x", "title": "Where", "mechanism": "planar_laplace", "region": REGION}
+    | {"cell_size_m": 20, "privacy_level": 2, "privacy_radius_m": 200}
+)
+SHAPE_BASES["hadamard_response"] += [
+    {"id": "x", "title": "Word", "mechanism": "hadamard_response", "epsilon": 1.0}
+    | {"domain_size": 500},
+    {"id": "x", "title": "Where", "mechanism": "hadamard_response", **CELLS},
+]
+SHAPE_BASES["olh"] += [
+    {"id": "x", "title": "App", "mechanism": "olh", "epsilon": 1.0}
+    | {"domain": ["apple", "banana", "cherry"]},
+    {"id": "x", "title": "Where", "mechanism": "olh", **CELLS},
+]
 
 
 @pytest.fixture
@@ -296,49 +317,63 @@ class Walker:
         return self.client.post(url, json=body, headers=self.admin)
 
 
+SPEC_NAMES = {
+    "RRSpec": "rr",
+    "KRRSpec": "krr",
+    "PlanarSpec": "planar_laplace",
+    "GeometricSpec": "geometric",
+    "ExponentialGridSpec": "exponential_grid",
+    "HadamardSpec": "hadamard_response",
+    "OLHSpec": "olh",
+}
+
+
+def _fits(base: dict, shape: dict) -> bool:
+    """Whether ``base`` has the fields ``shape`` requires and no other than it describes."""
+    return set(shape.get("required", ())) <= base.keys() <= shape["properties"].keys()
+
+
+def _named_choices(schema: dict, document: dict) -> Iterator[tuple[str, dict]]:
+    """(name, schema) of each body a request takes, through ``oneOf`` of named schemas."""
+    resolved = _resolve(schema, document)
+    for choice in resolved.get("oneOf", [schema]):
+        ref = choice.get("$ref", "")
+        name = ref.rsplit("/", 1)[1] if ref else "/".join(choice["required"])
+        if name == "CampaignSpec":
+            yield from _named_choices(choice, document)
+        else:
+            yield name, choice
+
+
 def _body_cases(document: dict, walker: Walker):
-    """(name, schema, base body, sender) for every request body the document describes."""
+    """(name, schema, base body, sender) for every request body the document describes; a
+    schema of several shapes (``oneOf``) is walked shape by shape, each on its own body."""
     report = {"report_id": str(uuid.uuid4()), "value": "apple"}
     bases = {
-        "RRSpec": (SPEC_BASES["rr"], walker.spec),
-        "KRRSpec": (SPEC_BASES["krr"], walker.spec),
-        "PlanarSpec": (SPEC_BASES["planar_laplace"], walker.spec),
-        "GeometricSpec": (SPEC_BASES["geometric"], walker.spec),
-        "ExponentialGridSpec": (SPEC_BASES["exponential_grid"], walker.spec),
-        "HadamardSpec": (SPEC_BASES["hadamard_response"], walker.spec),
-        "OLHSpec": (SPEC_BASES["olh"], walker.spec),
+        **{name: (SHAPE_BASES[mechanism], walker.spec) for name, mechanism in SPEC_NAMES.items()},
         "AdvisedSpec": (ADVISED_BASES, walker.spec),
-        "Report": (report, walker.report),
-        "ReportBatch": ({"reports": [report]}, walker.report),
-        "status": ({"status": "closed"}, walker.update),
-        "count": ({"count": 1}, walker.tokens),
+        "Report": ([report], walker.report),
+        "ReportBatch": ([{"reports": [report]}], walker.report),
+        "status": ([{"status": "closed"}], walker.update),
+        "count": ([{"count": 1}], walker.tokens),
     }
     for item in document["paths"].values():
         for method, operation in item.items():
             if method == "parameters" or "requestBody" not in operation:
                 continue
             schema = operation["requestBody"]["content"]["application/json"]["schema"]
-            resolved = _resolve(schema, document)
-            choices = resolved.get("oneOf", [schema])
-            for choice in choices:
-                ref = choice.get("$ref", "")
-                name = ref.rsplit("/", 1)[1] if ref else "/".join(choice["required"])
+            for name, choice in _named_choices(schema, document):
                 assert name in bases, f"no example body for {name}: add one to the walk"
-                if name == "AdvisedSpec":
-                    # One domain at a time: each form's fields are walked on its own body.
-                    resolved_choice = _resolve(choice, document)
-                    for base in ADVISED_BASES:
-                        fields = set(base) | {"expected_users", "enrollment_required"}
-                        if "region" in base:
-                            fields |= {"privacy_level", "privacy_radius_m"}
-                        properties = resolved_choice["properties"]
-                        narrowed = {
-                            **resolved_choice,
-                            "properties": {k: v for k, v in properties.items() if k in fields},
-                        }
-                        yield name, narrowed, base, walker.spec
+                resolved = _resolve(choice, document)
+                examples, send = bases[name]
+                if "properties" in resolved:
+                    yield name, resolved, examples[0], send
                     continue
-                yield name, choice, *bases[name]
+                shapes = resolved["oneOf"]
+                assert len(examples) == len(shapes), f"one example body per shape of {name}"
+                for shape in shapes:
+                    [base] = [base for base in examples if _fits(base, shape)]
+                    yield name, shape, base, send
 
 
 def test_every_documented_request_bound_is_enforced(served, client, admin, analyst):
@@ -371,6 +406,12 @@ def test_every_documented_request_bound_is_enforced(served, client, admin, analy
     for expected in [
         ("KRRSpec", "domain", "maxItems", "inside"),
         ("KRRSpec", "domain[0]", "maxLength", "outside"),
+        ("KRRSpec", "cell_size_m", "minimum", "inside"),
+        ("KRRSpec", "region.lat_max", "maximum", "inside"),
+        ("KRRSpec", "epsilon", "minimum", "outside"),
+        ("OLHSpec", "region.lon_min", "minimum", "outside"),
+        ("HadamardSpec", "cell_size_m", "minimum", "outside"),
+        ("PlanarSpec", "privacy_level", "minimum", "outside"),
         ("PlanarSpec", "region.lat_max", "maximum", "inside"),
         ("PlanarSpec", "region.lat_min", "minimum", "outside"),
         ("GeometricSpec", "lo", "minimum", "inside"),
