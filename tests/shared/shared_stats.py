@@ -88,6 +88,16 @@ def scalar_counts(mechanism, x: int, n: int, seed: int) -> np.ndarray:
     return np.bincount(draws, minlength=mechanism.n_outputs)
 
 
+def location_counts(mechanism, location: dict, n: int, seed: int) -> np.ndarray:
+    """Output counts of ``n`` reports of a true ``location`` through the whole device path:
+    snapped to its cell, perturbed, put on the wire (``perturb``) and read back as the server
+    reads it (``parse_report_value``), with ``random.Random(seed)``."""
+    rng = random.Random(seed)
+    perturb, parse = mechanism.perturb, mechanism.parse_report_value
+    draws = [parse(perturb(location, rng)) for _ in range(n)]
+    return np.bincount(draws, minlength=mechanism.n_outputs)
+
+
 def scalar_hits(mechanism, x: int, output: int, n: int, seed: int) -> int:
     """How many of ``n`` draws of the on-device sampler for input ``x`` report ``output``."""
     rng = random.Random(seed)
