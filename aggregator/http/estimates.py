@@ -78,7 +78,7 @@ LOCK_MARGIN_S = 10.0
 LOCK_WITHOUT_LIMIT_S = 3600.0
 # Part of every estimate cache key: raised when the body gains or changes a field, so that a
 # server never serves a body cached by an older one in the old form.
-BODY_FORMAT = 3
+BODY_FORMAT = 4
 # Channel operators kept per process: a planar kernel takes up to a second to build for a
 # large grid and a few MB to hold, so a handful of recent campaigns is enough.
 CHANNEL_CACHE_SIZE = 16
@@ -371,19 +371,23 @@ def estimate_response(
     response["poisoning"] = poisoning.check(mechanism, vector).to_dict()
     if isinstance(mechanism, Geometric):
         response["range"] = {"lo": mechanism.lo, "hi": mechanism.hi}
-    if isinstance(mechanism, GridMechanism):
-        grid = mechanism.grid
+    grid = mechanism.grid
+    if grid is not None:
         shape = (grid.rows, grid.cols)
         response["grid"] = {
             "rows": grid.rows,
             "cols": grid.cols,
             "cell_size_m": grid.cell_size_m,
             "region": grid.region.to_dict(),
+            # The cells' centres: one latitude per row, one longitude per column.
+            "lat": [grid.centre(row * grid.cols)[0] for row in range(grid.rows)],
+            "lon": [grid.centre(col)[1] for col in range(grid.cols)],
             "cells": np.asarray(result.frequencies).reshape(shape).tolist(),
-            # The share of the noisy reports per cell, from the same counts (the dashboard's
-            # raw layer).
-            "raw_cells": (vector / vector.sum()).reshape(shape).tolist(),
         }
+        if mechanism.n_outputs == grid.n_cells:
+            # The share of the noisy reports per cell, from the same counts (the dashboard's
+            # raw layer); an oracle's reports are hashed or coded, not cells.
+            response["grid"]["raw_cells"] = (vector / vector.sum()).reshape(shape).tolist()
     return response
 
 

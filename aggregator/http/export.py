@@ -2,8 +2,11 @@
 
 The HTTP endpoints (``?format=csv``) and ``ldp-aggregator export`` share
 these functions, so a file is the same whichever way it was fetched. CSV
-rows follow the output order; planar campaigns add each cell's row, column
-and centre, so a file can be mapped without the spec at hand.
+rows follow the output order (an oracle's estimate: the order of its rows);
+a row that is a cell of a campaign's grid (planar Laplace, the exponential
+mechanism on a grid, k-RR, OLH and Hadamard response over a region) has the
+cell's row, column and centre, in the JSON counts too, so a file can be mapped
+without the spec at hand.
 
 Every CSV file, here, in ``ldp-aggregator export`` and on the dashboard, is
 written by :class:`CSVWriter`: a text cell (a label, a value) that a
@@ -41,30 +44,69 @@ def parse_format(raw: str | None) -> str:
     return FORMAT.parse(raw)
 
 
+CELL_COLUMNS = ("row", "col", "lat", "lon")
+
+
+class CellLocator:
+    """Each labelled row's cell in a campaign's grid: its row, column and centre (lat, lon).
+
+    A grid's centres have one latitude per row and one longitude per column (the
+    projection is equirectangular), computed once, as :meth:`shared.geo.Grid.centre`
+    gives them.
+    """
+
+    def __init__(self, campaign: Campaign) -> None:
+        grid = campaign.mechanism.grid
+        self.grid = grid
+        if grid is not None:
+            self.lat = [grid.centre(row * grid.cols)[0] for row in range(grid.rows)]
+            self.lon = [grid.centre(col)[1] for col in range(grid.cols)]
+
+    def outputs_are_cells(self, mechanism: Any) -> bool:
+        """Whether each report names a cell (planar, exponential_grid, k-RR over a region;
+        not an oracle's hashed or coded report)."""
+        return self.grid is not None and mechanism.n_outputs == self.grid.n_cells
+
+    def columns(self, label: str) -> list[Any]:
+        """Row, column, lat and lon of the cell ``label`` names; empty for any other label."""
+        index = None if self.grid is None else self.grid.label_index(label)
+        if self.grid is None or index is None:
+            return []
+        row, col = divmod(index, self.grid.cols)
+        return [row, col, self.lat[row], self.lon[col]]
+
+
 def counts_body(
     campaign: Campaign, counts: dict[int, int], hourly: Iterable[tuple[int, int]]
 ) -> dict[str, Any]:
-    """The counts API's JSON body: reports per output symbol and per hour."""
+    """The counts API's JSON body: reports per output symbol (with the cell's row, column and
+    centre where the symbol is a cell) and per hour."""
     labels = output_labels(campaign.mechanism)
+    rows: list[dict[str, Any]] = [
+        {"label": labels[y], "count": counts.get(y, 0)} for y in range(len(labels))
+    ]
+    cells = CellLocator(campaign)
+    if cells.outputs_are_cells(campaign.mechanism):
+        for row in rows:
+            row.update(zip(CELL_COLUMNS, cells.columns(row["label"]), strict=True))
     return {
         "campaign": campaign.spec.id,
         "n": sum(counts.values()),
-        "counts": [{"label": labels[y], "count": counts.get(y, 0)} for y in range(len(labels))],
+        "counts": rows,
         "hourly": [{"hour": hour, "count": count} for hour, count in hourly],
     }
 
 
-def _cell_columns(campaign: Campaign) -> tuple[list[str], list[list[Any]]]:
-    """Extra columns locating each output: none for categories; row, col, centre for cells."""
-    mechanism = campaign.mechanism
-    if not isinstance(mechanism, GridMechanism):
-        return [], [[] for _ in range(mechanism.n_outputs)]
-    cols = mechanism.grid.cols
-    extra = []
-    for y in range(mechanism.n_outputs):
-        centre = mechanism.report_value(y)
-        extra.append([*divmod(y, cols), centre["lat"], centre["lon"]])
-    return ["row", "col", "lat", "lon"], extra
+def _cell_columns(campaign: Campaign, labels: list[str]) -> tuple[list[str], list[list[Any]]]:
+    """Extra columns locating each row by its label: row, col and centre where the rows are a
+    grid's cells, none otherwise."""
+    cells = CellLocator(campaign)
+    if cells.grid is None:
+        return [], [[] for _ in labels]
+    extra = [cells.columns(label) for label in labels]
+    if not all(extra):  # an oracle's counts: seeds and buckets, not cells
+        return [], [[] for _ in labels]
+    return list(CELL_COLUMNS), extra
 
 
 def text_cell(text: str) -> str:
@@ -111,9 +153,9 @@ def _csv(header: list[str], rows: Iterable[list[Any]]) -> str:
 
 
 def counts_csv(campaign: Campaign, counts: dict[int, int]) -> str:
-    """``label,count`` per output symbol (planar: ``label,row,col,lat,lon,count``)."""
-    extra_header, extra = _cell_columns(campaign)
+    """``label,count`` per output symbol (cells: ``label,row,col,lat,lon,count``)."""
     labels = output_labels(campaign.mechanism)
+    extra_header, extra = _cell_columns(campaign, labels)
     return _csv(
         ["label", *extra_header, "count"],
         ([labels[y], *extra[y], counts.get(y, 0)] for y in range(len(labels))),
@@ -121,11 +163,11 @@ def counts_csv(campaign: Campaign, counts: dict[int, int]) -> str:
 
 
 def estimate_csv(campaign: Campaign, body: dict[str, Any]) -> str:
-    """``label,frequency,ci_low,ci_high`` per output symbol (planar adds the cell columns).
+    """``label,frequency,ci_low,ci_high`` per row of the estimate (cells add the cell columns).
 
     With no reports yet (``n`` = 0) the file has its header only.
     """
-    extra_header, extra = _cell_columns(campaign)
+    extra_header, extra = _cell_columns(campaign, [row["label"] for row in body["estimates"]])
     return _csv(
         ["label", *extra_header, "frequency", "ci_low", "ci_high"],
         (

@@ -351,13 +351,26 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
             },
             "grid": {
                 "type": "object",
-                "description": "planar_laplace and exponential_grid only: cells[row][col], row 0 south, "
-                "col 0 west; raw_cells the same for the share of the noisy reports",
+                "description": "campaigns over a region only (planar_laplace, exponential_grid, "
+                "and krr, olh or hadamard_response with a region): cells[row][col], row 0 "
+                "south, col 0 west; raw_cells the same for the share of the noisy reports "
+                "(not for olh and hadamard_response, whose reports are not cells); a cell's "
+                "centre is (lat[row], lon[col])",
                 "properties": {
                     "rows": {"type": "integer"},
                     "cols": {"type": "integer"},
                     "cell_size_m": {"type": "number"},
                     "region": REGION.schema(),
+                    "lat": {
+                        "type": "array",
+                        "items": _NUMBER,
+                        "description": "the centres' latitude, one per row, south first",
+                    },
+                    "lon": {
+                        "type": "array",
+                        "items": _NUMBER,
+                        "description": "the centres' longitude, one per column, west first",
+                    },
                     "cells": {"type": "array", "items": {"type": "array", "items": _NUMBER}},
                     "raw_cells": {"type": "array", "items": {"type": "array", "items": _NUMBER}},
                 },

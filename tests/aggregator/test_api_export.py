@@ -285,3 +285,76 @@ def test_the_cli_shares_the_estimate_cache(runner, redis_url, client, analyst, f
     response = client.get(f"{BASE}/fruit/estimate", headers=analyst)
     assert response.headers["X-Estimate-Cache"] == "hit"
     assert response.get_json() == printed
+
+
+CELLS_REGION = {"lat_min": 37.77, "lat_max": 37.78, "lon_min": -122.42, "lon_max": -122.41}
+
+
+def cells_campaign(client, admin, mechanism: str) -> tuple[CampaignSpec, Mechanism]:
+    spec = {"id": f"cells-{mechanism}", "title": "Where, by cell", "mechanism": mechanism}
+    spec |= {"epsilon": 2.0, "region": CELLS_REGION, "cell_size_m": 200}
+    assert client.post(BASE, json=spec, headers=admin).status_code == 201
+    parsed = CampaignSpec.from_dict(spec)
+    return parsed, Mechanism.from_spec(parsed)
+
+
+def located(grid, label: str) -> dict:
+    """The cell columns an export gives the cell named ``label``."""
+    index = grid.cell_labels().index(label)
+    row, col = divmod(index, grid.cols)
+    lat, lon = grid.centre(index)
+    return {"row": row, "col": col, "lat": lat, "lon": lon}
+
+
+def test_a_krr_campaign_over_cells_exports_each_cells_centre(client, admin, analyst):
+    spec, mechanism = cells_campaign(client, admin, "krr")
+    grid = spec.grid
+    reports = [mechanism.perturb({"lat": 37.7712, "lon": -122.4185}) for _ in range(40)]
+    submit(client, spec.id, reports)
+    url = f"{BASE}/{spec.id}"
+    text = client.get(f"{url}/counts?format=csv", headers=analyst).get_data(as_text=True)
+    rows = rows_of(text)
+    assert text.splitlines()[0] == "label,row,col,lat,lon,count"
+    assert [row["label"] for row in rows] == list(grid.cell_labels())
+    for row in rows:
+        cell = located(grid, row["label"])
+        assert {k: float(row[k]) for k in cell} == cell
+    as_json = client.get(f"{url}/counts", headers=analyst).get_json()["counts"]
+    for row in as_json:
+        assert {k: row[k] for k in ("row", "col", "lat", "lon")} == located(grid, row["label"])
+    assert sum(row["count"] for row in as_json) == 40
+
+    estimate = client.get(f"{url}/estimate?format=csv", headers=analyst).get_data(as_text=True)
+    assert estimate.splitlines()[0] == "label,row,col,lat,lon,frequency,ci_low,ci_high"
+    for row in rows_of(estimate):
+        cell = located(grid, row["label"])
+        assert {k: float(row[k]) for k in cell} == cell
+    body = client.get(f"{url}/estimate", headers=analyst).get_json()
+    assert body["grid"]["lat"] == [grid.centre(r * grid.cols)[0] for r in range(grid.rows)]
+    assert body["grid"]["lon"] == [grid.centre(c)[1] for c in range(grid.cols)]
+
+
+def test_an_oracle_over_cells_exports_centres_by_label_not_by_position(client, admin, analyst):
+    spec, mechanism = cells_campaign(client, admin, "olh")
+    submit(client, spec.id, [mechanism.perturb({"lat": 37.7712, "lon": -122.4185})] * 30)
+    url = f"{BASE}/{spec.id}"
+    estimate = client.get(f"{url}/estimate?format=csv", headers=analyst).get_data(as_text=True)
+    rows = rows_of(estimate)
+    assert len(rows) == spec.grid.n_cells
+    # Rows come largest estimate first; each still carries its own cell's centre.
+    assert [row["label"] for row in rows] != list(spec.grid.cell_labels())
+    for row in rows:
+        cell = located(spec.grid, row["label"])
+        assert {k: float(row[k]) for k in cell} == cell
+    # Its counts are per seed and bucket, not per cell: no cell columns.
+    counts = client.get(f"{url}/counts?format=csv", headers=analyst).get_data(as_text=True)
+    assert counts.splitlines()[0] == "label,count"
+    assert "row" not in client.get(f"{url}/counts", headers=analyst).get_json()["counts"][0]
+
+
+def test_planar_json_counts_locate_each_cell(client, analyst, planar_campaign):
+    spec, _ = CampaignSpec.from_wire(planar_campaign)
+    rows = client.get(f"{BASE}/where/counts", headers=analyst).get_json()["counts"]
+    assert len(rows) == spec.grid.n_cells
+    for row in rows:
+        assert {k: row[k] for k in ("row", "col", "lat", "lon")} == located(spec.grid, row["label"])
