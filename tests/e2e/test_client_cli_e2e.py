@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -11,7 +12,17 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from test_client_e2e import DAY_S, LABELS, Proxy, counted_n, counts, krr_campaign, total, unique_id
+from test_client_e2e import (
+    DAY_S,
+    LABELS,
+    Proxy,
+    cells_campaign,
+    counted_n,
+    counts,
+    krr_campaign,
+    total,
+    unique_id,
+)
 
 from client import Reporter
 
@@ -140,6 +151,26 @@ def test_cli_reports_to_olh_and_hadamard_campaigns(live_server, tmp_path):
     refused = ldp_client(env, "report", olh_id, "1000000")
     assert refused.returncode == 1
     assert "(values: the integers 0 to 999999)" in refused.stderr
+
+
+def test_cli_reports_a_location_to_a_krr_campaign_over_a_regions_cells(live_server, tmp_path):
+    campaign_id = cells_campaign(live_server, "krr", epsilon=1.5)["id"]
+    env = cli_env(live_server, tmp_path / "state")
+    sent = ldp_client(env, "report", campaign_id, "--lat", "48.1234", "--lon", "11.5678", "--json")
+    assert sent.returncode == 0, sent.stderr
+    result = json.loads(sent.stdout)
+    assert result["outcome"] == "delivered" and result["charged"] == 1.5
+    noisy = result["payload"]["value"]
+    assert re.fullmatch(r"r[0-5]c[0-7]", noisy)  # one of the 6 x 8 cells, a k-RR label
+    assert "48.1234" not in sent.stdout + sent.stderr
+    assert counts(live_server, campaign_id) == {noisy: 1}
+
+    outside = ldp_client(env, "report", campaign_id, "--lat", "48.2", "--lon", "11.55")
+    assert outside.returncode == 1 and "outside the campaign region" in outside.stderr
+    assert "(region: lat 48.1 to 48.15, lon 11.5 to 11.6)" in outside.stderr
+    label = ldp_client(env, "report", campaign_id, "r1c1")
+    assert label.returncode == 1 and "must be a location" in label.stderr
+    assert total(live_server, campaign_id) == 1
 
 
 def test_cli_queues_while_the_server_is_down_and_flush_sends(live_server, tmp_path):

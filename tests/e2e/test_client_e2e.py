@@ -32,7 +32,7 @@ from client import (
 )
 from client.outbox import BACKOFF_BASE_S
 from shared.errors import ReportError
-from shared.mechanisms import KRR
+from shared.mechanisms import KRR, Mechanism
 from shared.spec import CampaignSpec
 
 LABELS = ["apple", "banana", "cherry", "durian"]
@@ -78,6 +78,18 @@ def planar_campaign(live_server) -> str:
         },
     )
     return campaign_id
+
+
+# Munich: 6 x 8 cells of 1 km.
+CELLS_REGION = {"lat_min": 48.10, "lat_max": 48.15, "lon_min": 11.50, "lon_max": 11.60}
+
+
+def cells_campaign(live_server, mechanism: str = "krr", epsilon: float = 2.0) -> dict:
+    """A campaign of ``mechanism`` over the cells of a region; its served spec."""
+    return live_server.create_campaign(
+        {"id": unique_id("cells"), "title": "Where, by cell", "mechanism": mechanism}
+        | {"epsilon": epsilon, "region": CELLS_REGION, "cell_size_m": 1000}
+    )
 
 
 def counts(live_server, campaign_id: str) -> dict[str, int]:
@@ -278,6 +290,60 @@ def test_a_location_report_is_a_grid_cell_the_server_accepts(live_server, report
     with pytest.raises(ReportError, match="outside the campaign region"):
         reporter.report(campaign_id, {"lat": 48.2, "lon": 11.55})
     assert total(live_server, campaign_id) == 1
+
+
+@pytest.mark.parametrize("name", ["krr", "olh", "hadamard_response"])
+def test_a_location_is_snapped_and_perturbed_on_the_device_and_estimated_on_the_grid(
+    live_server, tmp_path, name
+):
+    served = cells_campaign(live_server, name)
+    campaign_id = served["id"]
+    spec, _ = CampaignSpec.from_wire(served)
+    grid = spec.grid
+    mechanism = Mechanism.from_spec(spec)
+    assert (grid.rows, grid.cols) == (6, 8)
+    # Three places, most people at the first.
+    places = [(48.1234, 11.5678)] * 24 + [(48.1021, 11.5012)] * 8 + [(48.1489, 11.5987)] * 8
+    session = requests.Session()
+    for device, (lat, lon) in enumerate(places):
+        with Reporter(
+            live_server.url, state_dir=str(tmp_path / f"d{device}"), session=session
+        ) as reporter:
+            result = reporter.report(campaign_id, {"lat": lat, "lon": lon})
+        assert result.outcome == "delivered"
+        # The ledger charges the mechanism's epsilon, as for any categorical report.
+        assert result.charged == 2.0
+        # Only the noisy cell (the mechanism's usual report) leaves the device.
+        assert set(result.payload) == {"report_id", "value", "spec_hash"}
+        mechanism.parse_report_value(result.payload["value"])
+        assert str(lat) not in json.dumps(result.payload)
+    session.close()
+    assert total(live_server, campaign_id) == len(places)
+    with Reporter(live_server.url, state_dir=str(tmp_path / "outside")) as reporter:
+        with pytest.raises(ReportError, match="outside the campaign region"):
+            reporter.report(campaign_id, {"lat": 48.2, "lon": 11.55})
+        assert reporter.status()["budget"]["spent"] == 0
+    assert total(live_server, campaign_id) == len(places)
+
+    response = requests.get(
+        f"{live_server.url}/api/v1/campaigns/{campaign_id}/estimate",
+        headers={"Authorization": f"Bearer {live_server.analyst_token}"},
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["n"] == len(places)
+    shown = body["grid"]
+    assert (shown["rows"], shown["cols"], shown["cell_size_m"]) == (6, 8, 1000)
+    assert shown["region"] == CELLS_REGION
+    assert len(shown["cells"]) == 6 and all(len(row) == 8 for row in shown["cells"])
+    assert shown["lat"] == [grid.centre(row * 8)[0] for row in range(6)]
+    assert shown["lon"] == [grid.centre(col)[1] for col in range(8)]
+    # The map's cells are the estimate's rows, by label.
+    by_label = {row["label"]: row["frequency"] for row in body["estimates"]}
+    for index, label in enumerate(grid.cell_labels()):
+        assert shown["cells"][index // 8][index % 8] == pytest.approx(by_label[label])
+    assert ("raw_cells" in shown) == (name == "krr")  # an oracle's reports are not cells
 
 
 @pytest.mark.parametrize("period", [None, "day", "week"])
