@@ -17,8 +17,9 @@ time and seeded:
   squared error, each averaged over the trials.
 
 The mechanisms on a grid run at parameters that leave no pair of cells less
-protected than planar Laplace at ``epsilon`` per metre does: k-RR over the
-cells at ``epsilon * cell`` (the two nearest cells' distance), the Manhattan
+protected than planar Laplace at ``epsilon`` per metre does: k-RR and OLH over the
+cells at ``epsilon * cell`` (the two nearest cells' distance; their estimate is the
+service's default for them, Norm-Sub smoothed over neighbouring cells), the Manhattan
 exponential mechanism at ``epsilon / sqrt(2)`` per Manhattan metre (a
 Manhattan distance is at most ``sqrt(2)`` times the straight one), and a
 Euclidean exponential mechanism at ``epsilon`` where one is available.
@@ -41,10 +42,11 @@ from aggregator.estimation.advice import (
 )
 from shared.geo import EARTH_RADIUS_M, Grid, Region
 from shared.mechanisms import EXPONENTIAL_GRID, KRR, ExponentialGrid, Mechanism, PlanarLaplace
-from shared.spec import EUCLIDEAN, PLANAR_LAPLACE
+from shared.oracles import OLH
+from shared.spec import EUCLIDEAN, OLH_NAME, PLANAR_LAPLACE
 from shared.spec import KRR as KRR_NAME
 from simulate.metrics import earth_movers_distance
-from simulate.populations import Population, cell_labels
+from simulate.populations import Population
 from simulate.sampling import sample
 
 # The simulation's grid has at most this many cells along each side.
@@ -118,20 +120,25 @@ def _candidates(grid: Grid, epsilon: float) -> list[tuple[str, Mechanism, str, d
         )
     ]
     cell = grid.cell_size_m
-    try:
-        krr = KRR(epsilon=epsilon * cell, domain=cell_labels(grid))
-    except ValueError:
-        pass  # beyond the integer sampler's limits: no protection worth simulating
-    else:
-        found.append(
-            (
-                KRR_NAME,
-                krr,
-                "k-RR over the cells at epsilon * cell: every pair of cells as protected as "
-                "the two nearest; the error grows with the number of cells",
-                {"as_cells": True},
-            )
-        )
+    for name, build, why in (
+        (
+            KRR_NAME,
+            lambda e: KRR(epsilon=e, grid=grid),
+            "k-RR over the cells at epsilon * cell: every pair of cells as protected as the "
+            "two nearest; the error grows with the number of cells",
+        ),
+        (
+            OLH_NAME,
+            lambda e: OLH(epsilon=e, grid=grid),
+            "OLH over the cells at epsilon * cell: every pair of cells as protected as the "
+            "two nearest; better than k-RR once the cells outnumber 3 e^epsilon + 2",
+        ),
+    ):
+        try:
+            mechanism = build(epsilon * cell)
+        except ValueError:
+            continue  # beyond the integer sampler's limits: no protection worth simulating
+        found.append((name, mechanism, why, {"as_cells": True}))
     found.append(
         (
             EXPONENTIAL_GRID,
@@ -195,7 +202,7 @@ def rank_grid(
                 epsilon=mechanism.epsilon,
                 basis=basis,
                 why=why,
-                hosted=hosted(name) and not details.get("as_cells", False),
+                hosted=hosted(name),
                 expected_emd_m=float(np.mean(emds)),
                 details={
                     **details,

@@ -78,9 +78,9 @@ class MaximumLikelihood:
             rows = np.atleast_2d(counts)
             fits = [krr_maximum_likelihood(row, channel.p_keep, channel.p_other) for row in rows]
             return np.stack(fits) if counts.ndim == 2 else fits[0]
-        if counts.ndim == 2:
-            return steps_on_rows(channel, counts, self.n_iter_)
-        return steps_on_rows(channel, counts[None, :], self.n_iter_)[0]
+        assert self.n_iter_ is not None  # IBU ran
+        rows = steps_on_rows(channel, np.atleast_2d(counts), self.n_iter_)
+        return rows if counts.ndim == 2 else rows[0]
 
     def headline(self) -> str:
         if self.closed_form_:

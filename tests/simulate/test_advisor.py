@@ -177,6 +177,8 @@ def test_advise_region_simulates_emd_within_its_time_budget():
     assert all(o["basis"].startswith("simulation, 2 trials") for o in ranking)
     emd = [o["expected_emd_m"] for o in ranking]
     assert emd == sorted(emd)
-    # k-RR over the cells at epsilon * cell moves mass across the whole region.
-    assert ranking[-1]["mechanism"] == "krr" and emd[-1] > 5 * emd[0]
+    # k-RR and OLH over the cells at epsilon * cell move mass across the whole region; both
+    # are hosted over a region's cells.
+    assert {o["mechanism"] for o in ranking[-2:]} == {"krr", "olh"} and emd[-2] > 5 * emd[0]
+    assert all(o["hosted"] for o in ranking)
     assert sum(o["seconds"] for o in ranking) < 10  # 2 s unloaded; 2 cores shared here
