@@ -502,7 +502,7 @@ class CampaignSpec:
                 f"integers 0 .. K - 1, K at most {MAX_DOMAIN_SIZE:,}) or region with cell_size_m "
                 "(its grid's cells), exactly one of them"
                 + (f"; got {' and '.join(forms)}" if forms else ""),
-                field=forms[-1] if forms else "domain",
+                field="region" if "region" in forms else "domain",
             )
         check_krr_epsilon(epsilon, 2)
         if "domain" in data or "domain_size" in data:

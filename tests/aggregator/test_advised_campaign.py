@@ -248,7 +248,7 @@ def test_an_extreme_epsilon_the_explicit_path_takes_creates_a_campaign(client, a
 
 # The bounds the served document gives a body without a mechanism (the contract test walks
 # each one; here they bound random bodies).
-_ADVISED = ADVISED_SCHEMA.schema()["properties"]
+_ADVISED = ADVISED_SCHEMA.merged().schema()["properties"]
 _LAT = _ADVISED["region"]["properties"]["lat_min"]
 _LON = _ADVISED["region"]["properties"]["lon_min"]
 _BOUND = _ADVISED["lo"]

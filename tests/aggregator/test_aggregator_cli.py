@@ -74,7 +74,7 @@ def test_library_errors_become_error_lines(runner, redis_url, tmp_path):
         runner, redis_url, "campaign", "create", write_spec(tmp_path, {**KRR_SPEC, "epsilon": 0})
     )
     assert bad.exit_code == 1
-    assert bad.stderr.startswith("Error: epsilon must be > 0")
+    assert bad.stderr.startswith("Error: epsilon must be at least 2**-63")
     broken = tmp_path / "broken.json"
     broken.write_text("{")
     not_json = run(runner, redis_url, "campaign", "create", str(broken))

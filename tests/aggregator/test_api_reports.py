@@ -131,7 +131,11 @@ def test_planar_reports_must_be_cell_centres(client, analyst, planar_campaign):
     grid = spec.grid
     assert len(body["counts"]) == grid.rows * grid.cols
     row, col = divmod(3, grid.cols)
-    assert body["counts"][3] == {"label": f"r{row}c{col}", "count": 1}
+    # Each cell with its row, column and centre.
+    assert body["counts"][3] == {"label": f"r{row}c{col}", "count": 1, "row": row, "col": col} | {
+        "lat": centre["lat"],
+        "lon": centre["lon"],
+    }
     assert body["n"] == 1
 
 
