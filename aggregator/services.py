@@ -38,6 +38,7 @@ def open_store(url: str, settings: Settings) -> tuple[CampaignStore, Connection]
         connection,
         report_id_ttl_s=settings.report_id_ttl_s,
         retention_s=settings.retention_s,
+        period_retention_s=settings.period_retention_s,
         raw_reports=settings.raw_reports,
         shards=settings.shards,
         max_reports=settings.campaign_max_reports,

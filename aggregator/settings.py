@@ -39,7 +39,7 @@ from aggregator.storage.redis_server import (
     FSYNC_POLICIES,
     parse_memory_size,
 )
-from aggregator.storage.retention import DAY_S
+from aggregator.storage.retention import DAY_S, DEFAULT_PERIOD_RETENTION_DAYS
 from aggregator.storage.store import (
     DEFAULT_CAMPAIGN_MAX_REPORTS,
     DEFAULT_REPORT_ID_TTL_S,
@@ -351,6 +351,13 @@ class Settings:
         "kept raw reports older than this many days are trimmed on every ingest; counts "
         "stay (unset or `0`: keep them all)",
     )
+    period_retention_days: float | None = setting(
+        Kind("days", "a finite number of days >= 0", _retention_days, optional=True),
+        DEFAULT_PERIOD_RETENTION_DAYS,
+        "counts per period (for estimates over windows and trends) are kept this many days "
+        "after their period ends, then expire; all-time counts stay (unset or `0`: keep them "
+        "all)",
+    )
     raw_reports: str = setting(
         Kind("choice", "one of off, keep", _choice(RAW_REPORTS_MODES)),
         RAW_REPORTS_OFF,
@@ -538,6 +545,12 @@ class Settings:
     def retention_s(self) -> float | None:
         """Seconds raw reports are kept (None: kept until trimmed by hand)."""
         return None if self.retention_days is None else self.retention_days * DAY_S
+
+    @property
+    def period_retention_s(self) -> float | None:
+        """Seconds counts per period are kept after their period (None: kept)."""
+        days = self.period_retention_days
+        return None if days is None else days * DAY_S
 
 
 def key_of(field: dataclasses.Field) -> str:

@@ -26,7 +26,8 @@ Configurations (default run, a few minutes on 2 cores):
   bell-shaped truths, epsilon 0.5 and 1 per unit, n = 10^3 .. 10^5;
 * with ``../shared/data/gowalla_sf_downtown.csv`` (or ``--data``): the
   check-ins' cell shares on their 20 x 20 grid of 150 m cells, planar Laplace
-  at ln 2 and ln 4 per 100 m and k-RR over the 400 cells at ln 8.
+  at ln 2 and ln 4 per 100 m, and k-RR and OLH over the 400 cells at ln 8 (region
+  campaigns: their default smooths Norm-Sub over neighbouring cells).
 
 Classes: a value is "large" when its true share is above ``1 / k`` (the
 uniform share) and "small" otherwise; the worst class's coverage is printed
@@ -76,6 +77,7 @@ from shared.mechanisms import (  # noqa: E402
     Mechanism,
     PlanarLaplace,
 )
+from shared.oracles import OLH  # noqa: E402
 from simulate.populations import Population  # noqa: E402
 
 SECTION = "coverage"
@@ -222,9 +224,26 @@ def data_configs(path: Path, quick: bool) -> Iterator[Config]:
         for n in sizes:
             family = f"planar, SF check-ins, {shape}"
             yield Config(family, f"150 m cells, ln {level} / 100 m", mechanism, truth, n)
-    cells = KRR(epsilon=math.log(8), domain=[f"c{i}" for i in range(grid.n_cells)])
+    # A region campaign of k-RR over the cells: its default smooths Norm-Sub over neighbours.
+    cells = KRR(epsilon=math.log(8), grid=grid)
     for n in sizes:
         yield Config(f"k-RR, SF check-ins, {grid.n_cells} cells", "eps ln 8", cells, truth, n)
+
+
+def data_oracle_configs(path: Path, quick: bool) -> Iterator[Config]:
+    """OLH over the check-ins' cells at ln 8 (after every other row, to keep their seeds)."""
+    population = Population.from_csv_points(path, cell_size_m=150.0)
+    grid = population.grid
+    assert grid is not None
+    hashed = OLH(epsilon=math.log(8), grid=grid)
+    for n in (10_000,) if quick else (1_000, 10_000, 100_000):
+        yield Config(
+            f"OLH, SF check-ins, {grid.n_cells} cells",
+            "eps ln 8",
+            hashed,
+            population.probabilities,
+            n,
+        )
 
 
 @contextmanager
@@ -375,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     configs += [(c, KRR_TRIALS) for c in geometric_configs(args.quick)]
     configs += [(c, PLANAR_TRIALS) for c in spiky_city_configs(args.quick)]
     configs += [(c, PLANAR_TRIALS) for c in million_report_configs(args.quick)]
+    if args.data.exists():
+        configs += [(c, PLANAR_TRIALS) for c in data_oracle_configs(args.data, args.quick)]
     if args.quick:
         configs = [(config, 3) for config, _ in configs]
     # Each configuration's seed is its place in the whole list, so that --only gives the rows

@@ -9,6 +9,10 @@ slot (one atomic script per shard). A shard holds:
 - ``state``: the campaign's status and spec hash (copied from the record, so the
   ingestion script checks them without leaving its slot), reports stored, last report;
 - ``counts`` and ``hourly``: reports per output index and per hour;
+- ``period:<key>`` or ``period-dense:<key>``: reports per output index received in one
+  period (:mod:`aggregator.storage.periods`): a hash while few outputs have reports, then
+  (from :func:`dense_from` outputs on) a string of 32-bit big-endian counts, one per output
+  index, which is faster to read, and smaller once many outputs have reports;
 - ``enrollment``: the unused enrollment tokens routed to the shard;
 - ``reports``: the raw reports, only when they are kept (``LDP_RAW_REPORTS=keep``);
 - ``seen:<window>:<bucket>``: deduplication sets.
@@ -30,8 +34,9 @@ import hashlib
 import math
 from dataclasses import dataclass
 
-# Layout of campaigns stored by this version (1: one hash tag and a key per report id).
-LAYOUT = 2
+# Layout of campaigns stored by this version (1: one hash tag and a key per report id;
+# 2: sharded, without counts per period).
+LAYOUT = 3
 DEFAULT_SHARDS = 16
 MAX_SHARDS = 1024
 # Windows a report id is looked up in: the current one and the ones before, still alive.
@@ -43,6 +48,17 @@ BUCKET_FILL = 0.75
 REDIS_DEFAULT_INTSET_ENTRIES = 512
 # Reports a campaign without a quota is sized for.
 UNBOUNDED_CAMPAIGN_REPORTS = 10**9
+# Redis's own default of hash-max-ziplist-entries (hash-max-listpack-entries since 7.0).
+REDIS_DEFAULT_HASH_ENTRIES = 128
+# A shard's counts of a period become dense once their hash has a field for this share of
+# the outputs: reading a hash costs about 1 microsecond a field in Python (a trend reads 30
+# periods x 16 shards of them), a dense string next to nothing; the compact hash then takes
+# about 6 / 8 bytes per output of the campaign, the dense string 4.
+DENSE_SHARE = 1 / 8
+# Bytes per field of a hash of small integers in a hash table (``MEMORY USAGE`` of 1,000
+# fields on Redis 6.2; in the compact encoding about 6), and per output of a dense string.
+TABLE_FIELD_BYTES = 80
+DENSE_COUNT_BYTES = 4
 
 
 def buckets_for(expected_reports: int, shards: int, intset_entries: int) -> int:
@@ -54,6 +70,17 @@ def buckets_for(expected_reports: int, shards: int, intset_entries: int) -> int:
     per_bucket = max(int(intset_entries * BUCKET_FILL), 1)
     needed = max(math.ceil(expected_reports / (shards * per_bucket)), 1)
     return 1 << (needed - 1).bit_length()
+
+
+def dense_from(n_outputs: int, hash_entries: int) -> int:
+    """Outputs with reports in one shard and period from which its counts are kept dense.
+
+    :data:`DENSE_SHARE` of the outputs, or sooner when the hash would leave Redis's compact
+    encoding (``hash_entries`` fields), unless the hash table is still smaller than the dense
+    string (:data:`TABLE_FIELD_BYTES` a field against :data:`DENSE_COUNT_BYTES` an output).
+    """
+    table = math.ceil(DENSE_COUNT_BYTES * n_outputs / TABLE_FIELD_BYTES)
+    return max(min(math.ceil(DENSE_SHARE * n_outputs), hash_entries + 1), table, 1)
 
 
 def window_for(report_id_ttl_s: int) -> int:
@@ -94,6 +121,14 @@ class Layout:
 
     def hourly_key(self, shard: int) -> str:
         return self._shard_key(shard, "hourly")
+
+    def period_key(self, shard: int, period: str) -> str:
+        """The shard's counts of one period while they are a hash (output index -> count)."""
+        return self._shard_key(shard, f"period:{period}")
+
+    def period_dense_key(self, shard: int, period: str) -> str:
+        """The shard's counts of one period once dense (32-bit big-endian, by output index)."""
+        return self._shard_key(shard, f"period-dense:{period}")
 
     def tokens_key(self, shard: int) -> str:
         return self._shard_key(shard, "enrollment")

@@ -1,4 +1,4 @@
-"""Moving campaigns stored by earlier versions into the sharded layout, losing nothing.
+"""Moving campaigns stored by earlier versions into the current layout, losing nothing.
 
 Layout 1 kept a campaign under one hash tag: its record held ``n_reports``, and
 beside it ``counts``, ``hourly``, the ``reports`` stream, the unused
@@ -17,6 +17,13 @@ after the report-id TTL. :func:`migrate_campaigns` moves each such campaign into
    copied, with their ids, into shard 0's stream;
 4. the counts, hourly counts and report total are written into shard 0, the
    layout version is set, and only then are the old keys deleted.
+
+Layout 2 is layout 3 without counts per period (:mod:`aggregator.storage.periods`).
+Its campaigns need nothing moved: ingestion counts their new reports per period
+from now on. :func:`migrate_campaigns` records in each record since when
+(``periods_from``, unix seconds) and sets the version to 3; their counts until
+then are all-time only, so a window over earlier periods has no counts for them,
+and says so. A layout-1 campaign gets the same mark when its migration finishes.
 
 Every step can be run again after a crash without counting anything twice
 (counts are written, not added; members and tokens are set members; stream
@@ -67,8 +74,42 @@ def unmigrated(store: CampaignStore) -> list[str]:
     ]
 
 
+def mark_period_counts(store: CampaignStore, *, now: float | None = None) -> list[str]:
+    """Give every layout-2 campaign its ``periods_from`` (``now``) and layout 3; their ids.
+
+    Idempotent: a campaign marked already keeps its mark (HSETNX), so a crash between
+    the two writes, or two processes opening the store at once, change nothing.
+    """
+    connection = store.connection
+    moment = store.clock() if now is None else now
+    ids = [raw.decode() for raw in cast(list[bytes], connection.zrange(store.INDEX_KEY, 0, -1))]
+    pipe = connection.pipeline(transaction=False)
+    for campaign_id in ids:
+        pipe.hmget(_legacy_key(campaign_id, "campaign"), ("spec_hash", "layout"))
+    marked = [
+        campaign_id
+        for campaign_id, (spec_hash, version) in zip(ids, pipe.execute(), strict=True)
+        if spec_hash is not None and version == b"2"
+    ]
+    pipe = connection.pipeline(transaction=False)
+    for campaign_id in marked:
+        record = _legacy_key(campaign_id, "campaign")
+        pipe.hsetnx(record, "periods_from", repr(moment))
+        pipe.hset(record, "layout", layouts.LAYOUT)
+    pipe.execute()
+    for campaign_id in marked:
+        logger.info(
+            "campaign %r is counted per period from now on; its earlier reports are in its "
+            "all-time counts only",
+            campaign_id,
+        )
+    return marked
+
+
 def migrate_campaigns(store: CampaignStore, *, now: float | None = None) -> dict[str, int]:
-    """Migrate every layout-1 campaign; the report ids moved per campaign migrated."""
+    """Migrate every campaign of an earlier layout; the report ids moved per layout-1
+    campaign migrated (a layout-2 campaign moves none and is not listed)."""
+    mark_period_counts(store, now=now)
     if not unmigrated(store):
         return {}
     lock = Lock(store.connection, LOCK_KEY, LOCK_TTL_MS)
@@ -80,7 +121,7 @@ def migrate_campaigns(store: CampaignStore, *, now: float | None = None) -> dict
     try:
         moved = {}
         for campaign_id in unmigrated(store):
-            moved[campaign_id] = _migrate(store, campaign_id, time.time() if now is None else now)
+            moved[campaign_id] = _migrate(store, campaign_id, store.clock() if now is None else now)
             logger.info(
                 "campaign %r moved to the sharded layout (%d report ids)",
                 campaign_id,
@@ -122,7 +163,7 @@ def _migrate(store: CampaignStore, campaign_id: str, now: float) -> int:
     moved = _move_seen(store, layout, spec.enrollment_required, now)
     _move_tokens(store, layout)
     last_ms = _copy_stream(store, layout)
-    _finish(store, layout, int(n_reports or 0), last_ms)
+    _finish(store, layout, int(n_reports or 0), last_ms, now)
     return moved
 
 
@@ -187,8 +228,9 @@ def _copy_stream(store: CampaignStore, layout: Layout) -> int:
     return int(newest[0][0].split(b"-")[0]) if newest else 0
 
 
-def _finish(store: CampaignStore, layout: Layout, n_reports: int, last_ms: int) -> None:
-    """Counts, hourly counts and total into shard 0, the version set, the old keys deleted."""
+def _finish(store: CampaignStore, layout: Layout, n_reports: int, last_ms: int, now: float) -> None:
+    """Counts, hourly counts and total into shard 0, the version set (counted per period from
+    ``now`` on), the old keys deleted."""
     connection = store.connection
     campaign_id = layout.campaign_id
     counts: dict[Any, Any] = connection.hgetall(_legacy_key(campaign_id, "counts"))
@@ -205,6 +247,7 @@ def _finish(store: CampaignStore, layout: Layout, n_reports: int, last_ms: int) 
     pipe.set(store.ADMITTED_KEY.format(id=campaign_id), n_reports)
     pipe.execute()
     record = _legacy_key(campaign_id, "campaign")
+    connection.hsetnx(record, "periods_from", repr(now))
     connection.hset(record, "layout", layouts.LAYOUT)
     connection.hdel(record, "n_reports")
     connection.delete(

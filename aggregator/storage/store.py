@@ -6,9 +6,10 @@ first (``lua/admit.lua``: the client's rate limit and report budget and the
 campaign's quota, in the campaign's own slot), then its reports are grouped by
 shard and each group is stored by one atomic script (``lua/ingest.lua``: check
 each report id against the deduplication sets, spend enrollment tokens, count
-the output symbols, keep the raw report if asked). Reads sum the shards. The
-counts are the estimators' sufficient statistics. The connection is passed in;
-nothing here is global.
+the output symbols in all and in the period the report is received in, keep the
+raw report if asked). Reads sum the shards, and a window's periods. The counts
+are the estimators' sufficient statistics. The connection and the clock are
+passed in; nothing here is global.
 """
 
 from __future__ import annotations
@@ -20,15 +21,17 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from importlib import resources
 from typing import Any, NamedTuple, cast
 
+import numpy as np
 import redis
 
 from aggregator.storage import layout as layouts
+from aggregator.storage import periods, retention
 from aggregator.storage.cluster import Call, Connection, NodeWriter, config_value, is_cluster
 from aggregator.storage.errors import is_out_of_memory
 from aggregator.storage.layout import Layout
@@ -58,7 +61,16 @@ SPEC_CACHE_SIZE = 256
 # A cached estimate is kept this long after it was last computed (it is recomputed anyway
 # as soon as the counts change; the expiry only bounds the keys of unused methods and levels).
 ESTIMATE_CACHE_TTL_S = 24 * 3600
-_META_FIELDS = ("spec_hash", "status", "created_at", "layout", "shards", "buckets", "window_s")
+_META_FIELDS = (
+    "spec_hash",
+    "status",
+    "created_at",
+    "layout",
+    "shards",
+    "buckets",
+    "window_s",
+    "periods_from",
+)
 # A reply of HMGET: the connection runs with decode_responses off, so values are bytes.
 _Fields = list[bytes | None]
 
@@ -135,6 +147,14 @@ class Campaign:
     mechanism: Mechanism = field(compare=False, repr=False)
     # Each shard's n_reports when the campaign was read.
     shard_reports: tuple[int, ...] = field(default=(), compare=False, repr=False)
+    # Since when (unix seconds) its reports are counted per period: its creation, or for a
+    # campaign stored by an earlier version, its migration; None if not known yet.
+    periods_from: float | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def unit(self) -> str:
+        """The unit its counts per period are kept by (:mod:`aggregator.storage.periods`)."""
+        return periods.unit_of(self.spec.period)
 
     @property
     def spec_hash(self) -> str:
@@ -264,6 +284,8 @@ class CampaignStore:
         How long a new campaign remembers a report id, at least.
     retention_s : float, optional
         Raw reports older than this are trimmed as new ones arrive (None: kept).
+    period_retention_s : float, optional
+        Counts per period expire this long after their period ends (None: kept).
     raw_reports : {"off", "keep"}
         Whether the raw reports are kept in a stream besides their counts.
     shards : int
@@ -275,6 +297,9 @@ class CampaignStore:
         (at most the replicas the master has at the time), none on a single server.
     ack_timeout_ms : int
         How long to wait for them.
+    clock : callable
+        The time (unix seconds) a report is received at when ingest is given none, and the
+        "now" of windows; tests set it to place reports in periods.
     """
 
     INDEX_KEY = "ldp:campaigns"
@@ -293,13 +318,17 @@ class CampaignStore:
         *,
         report_id_ttl_s: int = DEFAULT_REPORT_ID_TTL_S,
         retention_s: float | None = None,
+        period_retention_s: float | None = retention.DEFAULT_PERIOD_RETENTION_DAYS
+        * retention.DAY_S,
         raw_reports: str = RAW_REPORTS_OFF,
         shards: int = layouts.DEFAULT_SHARDS,
         max_reports: int = DEFAULT_CAMPAIGN_MAX_REPORTS,
         ack_replicas: int | None = 0,
         ack_timeout_ms: int = 1000,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.connection = connection
+        self.clock = clock
         self.report_id_ttl_s = int(report_id_ttl_s)
         if retention_s is not None and not retention_s > 0:
             raise ValueError(f"retention_s must be > 0 or None, got {retention_s!r}")
@@ -309,6 +338,9 @@ class CampaignStore:
             raise ValueError(f"shards must be 1 to {layouts.MAX_SHARDS}, got {shards!r}")
         # Raw reports older than this are trimmed from the stream (counts stay); None keeps all.
         self.retention_s = retention_s
+        if period_retention_s is not None and not period_retention_s > 0:
+            raise ValueError(f"period_retention_s must be > 0 or None, got {period_retention_s!r}")
+        self.period_retention_s = period_retention_s
         self.keeps_raw_reports = raw_reports == RAW_REPORTS_KEEP
         self.shards = shards
         self.max_reports = int(max_reports)
@@ -330,6 +362,7 @@ class CampaignStore:
         self._known: OrderedDict[str, Campaign] = OrderedDict()
         self._layouts: dict[str, Layout] = {}
         self._intset_entries: int | None = None
+        self._hash_entries: int | None = None
         self.sessions = SessionStore(connection)
 
     def ping(self) -> None:
@@ -364,7 +397,7 @@ class CampaignStore:
         so an admin script can be re-run; :class:`CampaignExists` if the id holds
         another spec.
         """
-        created_at = time.time() if now is None else now
+        created_at = self.clock() if now is None else now
         layout = self.new_layout(spec.id)
         answer = self._create(
             keys=[layout.record_key],
@@ -416,7 +449,7 @@ class CampaignStore:
         return found
 
     def _layout_of(self, campaign_id: str, meta: _Fields) -> Layout:
-        spec_hash, _, _, version, shards, buckets, window_s = meta
+        spec_hash, _, _, version, shards, buckets, window_s = meta[:7]
         if spec_hash is None:
             raise CampaignNotFound(f"no campaign {campaign_id!r}", campaign_id=campaign_id)
         if version is None or shards is None or buckets is None or window_s is None:
@@ -480,10 +513,13 @@ class CampaignStore:
         campaigns = []
         for (_, meta), layout, parts in zip(metas, layouts_read, totals, strict=True):
             shard_reports = tuple(int(part or 0) for part in parts)
-            spec_hash, status, created_at = meta[:3]
+            spec_hash, status, created_at, version = meta[:4]
             # create.lua writes the fields together: a campaign with a hash has all of them.
             assert status is not None and created_at is not None
             spec, mechanism = self._spec(layout.record_key, spec_hash.decode())
+            periods_from = meta[7]
+            if periods_from is None and version is not None and int(version) >= 3:
+                periods_from = created_at
             campaigns.append(
                 Campaign(
                     spec=spec,
@@ -492,6 +528,7 @@ class CampaignStore:
                     n_reports=sum(shard_reports),
                     mechanism=mechanism,
                     shard_reports=shard_reports,
+                    periods_from=None if periods_from is None else float(periods_from),
                 )
             )
         return campaigns
@@ -564,12 +601,13 @@ class CampaignStore:
         :class:`~aggregator.storage.cluster.NotAcknowledged` mean the reports may or
         may not be stored: sending them again is safe.
         """
-        moment = time.time() if now is None else now
+        moment = self.clock() if now is None else now
         layout = self.layout(campaign_id)
         groups = self._group(layout, reports, enrollment_required)
         base = self._ingest_args(moment, spec_hash, enrollment_required)
+        period = self._period_args(campaign_id, moment)
         calls = {
-            shard: self._shard_call(layout, shard, items, base, moment, enrollment_required)
+            shard: self._shard_call(layout, shard, items, base, period, moment, enrollment_required)
             for shard, items in groups.items()
         }
         spanning = enrollment_required and len(calls) > 1
@@ -628,12 +666,30 @@ class CampaignStore:
             min_id,
         ]
 
+    def _period_args(self, campaign_id: str, moment: float) -> _PeriodArgs:
+        """The period a report received at ``moment`` is counted in, and how."""
+        # The process's copy: a spec never changes, and ingest must cost no extra read.
+        campaign = self.campaign_for_reports(campaign_id)
+        unit = campaign.unit
+        key = periods.key_at(unit, moment)
+        if self._hash_entries is None:
+            value = config_value(self.connection, "hash-max-ziplist-entries")
+            self._hash_entries = int(value) if value else layouts.REDIS_DEFAULT_HASH_ENTRIES
+        n_outputs = campaign.mechanism.n_outputs
+        return _PeriodArgs(
+            key=key,
+            ttl_s=retention.period_ttl_s(unit, key, self.period_retention_s, moment),
+            dense_from=layouts.dense_from(n_outputs, self._hash_entries),
+            last_output=n_outputs - 1,
+        )
+
     def _shard_call(
         self,
         layout: Layout,
         shard: int,
         items: Sequence[tuple[int, StoredReport, layouts.Route, str]],
         base: list[Any],
+        period: _PeriodArgs,
         moment: float,
         enrollment_required: bool,
     ) -> Call:
@@ -645,6 +701,8 @@ class CampaignStore:
             layout.hourly_key(shard),
             layout.stream_key(shard),
             layout.tokens_key(shard),
+            layout.period_key(shard, period.key),
+            layout.period_dense_key(shard, period.key),
         ]
         slots: dict[int, int] = {}
         per_report: list[Any] = []
@@ -669,6 +727,9 @@ class CampaignStore:
             1,
             *base,
             max(math.ceil(layout.expires_at(windows[0]) - moment), 1),
+            period.ttl_s,
+            period.dense_from,
+            period.last_output,
             len(encoded),
         ]
         for output, value in encoded.items():
@@ -819,7 +880,7 @@ class CampaignStore:
         with it); the caller compares ``hits`` with ``limit.amount``. Raises the
         connection's errors (e.g. Redis at its memory limit refuses the write).
         """
-        moment = time.time() if now is None else now
+        moment = self.clock() if now is None else now
         key = self.REQUEST_RATE_KEY.format(
             view=view, client=limit.client, window=int(moment // limit.window_s)
         )
@@ -882,6 +943,48 @@ class CampaignStore:
     def counts(self, campaign_id: str) -> dict[int, int]:
         """Reports per output index (indices with no report are absent)."""
         return self._summed_hash(campaign_id, Layout.counts_key)
+
+    def period_counts(self, campaign_id: str, keys: Sequence[str]) -> list[dict[int, int]]:
+        """Reports per output index received in each period of ``keys`` (its key in
+        :mod:`aggregator.storage.periods`), in that order: one pipelined read.
+
+        A period whose counts expired, or from before the campaign was counted by period
+        (:attr:`Campaign.periods_from`), reads as empty.
+        """
+        layout = self.layout(campaign_id)
+        pipe = self.connection.pipeline(transaction=False)
+        for key in keys:
+            for shard in range(layout.shards):
+                pipe.hgetall(layout.period_key(shard, key))
+                pipe.get(layout.period_dense_key(shard, key))
+        replies = iter(pipe.execute() if keys else [])
+        out = []
+        for _ in keys:
+            dense: list[np.ndarray] = []
+            total: dict[int, int] = {}
+            for _ in range(layout.shards):
+                part, raw = next(replies), next(replies)
+                for name, count in part.items():
+                    total[int(name)] = total.get(int(name), 0) + int(count)
+                if raw:
+                    dense.append(np.frombuffer(raw, dtype=">u4"))
+            if dense:
+                summed = np.zeros(max(len(array) for array in dense), dtype=np.int64)
+                for array in dense:
+                    summed[: len(array)] += array
+                nonzero = np.flatnonzero(summed)
+                for index, count in zip(nonzero.tolist(), summed[nonzero].tolist(), strict=True):
+                    total[index] = total.get(index, 0) + count
+            out.append(total)
+        return out
+
+    def window_counts(self, campaign_id: str, keys: Sequence[str]) -> dict[int, int]:
+        """Reports per output index received in the periods of ``keys``, summed."""
+        total: dict[int, int] = {}
+        for part in self.period_counts(campaign_id, keys):
+            for index, count in part.items():
+                total[index] = total.get(index, 0) + count
+        return total
 
     def hourly_counts(self, campaign_id: str) -> list[tuple[int, int]]:
         """Accepted reports per hour, as (hour start in unix seconds, count), oldest first."""
@@ -1004,6 +1107,15 @@ class CampaignStore:
         layout = self.layout(campaign_id)
         (lengths,) = self._sum_shards([layout], lambda pipe, lay, s: pipe.xlen(lay.stream_key(s)))
         return any(lengths)
+
+
+class _PeriodArgs(NamedTuple):
+    """What ingest.lua needs of the period a batch is counted in (ARGV[9..11] and its keys)."""
+
+    key: str
+    ttl_s: int
+    dense_from: int
+    last_output: int
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,8 @@ def test_an_old_campaign_keeps_its_counts_reports_and_deduplication(old, redis_u
 
     campaign = store.get_campaign("fruit")
     assert campaign.n_reports == 253 and campaign.spec == spec and campaign.status == "open"
+    # Counted per period from its migration on; its earlier reports are in its all-time counts.
+    assert campaign.periods_from == pytest.approx(time.time(), abs=60)
     assert store.counts("fruit") == {0: 65, 1: 64, 2: 62, 3: 62}
     assert dict(store.hourly_counts("fruit")) == hourly_before
     exported = list(store.iter_reports("fruit"))

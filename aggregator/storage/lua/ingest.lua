@@ -2,7 +2,9 @@
 --
 -- KEYS[1] shard state hash (status, spec_hash, n_reports, last_ms)   KEYS[2] counts hash
 -- KEYS[3] hourly counts hash   KEYS[4] raw report stream   KEYS[5] unused enrollment tokens
--- KEYS[6..] deduplication sets, three per bucket the batch touches: the bucket's set in
+-- KEYS[6] the counts of the period the reports are received in, as a hash, and KEYS[7] as a
+-- dense string of 32-bit big-endian counts by output index (aggregator.storage.layout)
+-- KEYS[8..] deduplication sets, three per bucket the batch touches: the bucket's set in
 -- the current window, then in the two windows before (aggregator.storage.layout)
 -- ARGV[1] 1 to check only (write nothing), else 0
 -- ARGV[2] the spec hash the reports were validated against ('' to skip the check)
@@ -11,9 +13,12 @@
 -- ARGV[6] 1 to keep raw reports in the stream, else 0
 -- ARGV[7] stream entries older than this id (unix ms) are trimmed; 0 keeps all
 -- ARGV[8] seconds until the current window's sets expire
--- ARGV[9] the number D of distinct outputs whose wire value follows (0 unless raw reports
+-- ARGV[9] seconds until the period's counts expire (0: never)
+-- ARGV[10] the number of outputs with reports from which the period's hash becomes dense
+-- ARGV[11] the campaign's highest output index
+-- ARGV[12] the number D of distinct outputs whose wire value follows (0 unless raw reports
 -- are kept), then D pairs (output index, value JSON); then per report: its bucket's number
--- b (its sets are KEYS[6 + 3b .. 8 + 3b]), the integer standing for its id, its output
+-- b (its sets are KEYS[8 + 3b .. 10 + 3b]), the integer standing for its id, its output
 -- index, its token digest (only if ARGV[5] is 1) and its id (only if ARGV[6] is 1)
 --
 -- Returns {status, accepted, duplicates, index}: status STORED, NO_CAMPAIGN, CLOSED,
@@ -40,18 +45,18 @@ local enrollment = ARGV[5] == '1'
 local keep = ARGV[6] == '1'
 local stride = 3 + (enrollment and 1 or 0) + (keep and 1 or 0)
 local values = {}
-local n_values = tonumber(ARGV[9])
+local n_values = tonumber(ARGV[12])
 for v = 0, n_values - 1 do
-  values[ARGV[10 + 2 * v]] = ARGV[11 + 2 * v]
+  values[ARGV[13 + 2 * v]] = ARGV[14 + 2 * v]
 end
-local first = 10 + 2 * n_values
+local first = 13 + 2 * n_values
 local n = (#ARGV - first + 1) / stride
 
 -- Whether report r's id is new: in none of its bucket's live sets, nor earlier in the batch.
 local in_batch = {}
 local function is_new(r)
   local base = first + stride * (r - 1)
-  local set = 6 + 3 * tonumber(ARGV[base])
+  local set = 8 + 3 * tonumber(ARGV[base])
   local member = ARGV[base + 1]
   local name = ARGV[base] .. ':' .. member
   if in_batch[name] then
@@ -64,6 +69,56 @@ local function is_new(r)
     end
   end
   return true
+end
+
+-- BITFIELD with one operation per count, ops of them per call (Lua's unpack has a limit).
+local function bitfield(key, op, pairs_list)
+  local batch = 500
+  for start = 1, #pairs_list, batch do
+    local args = {}
+    for i = start, math.min(start + batch - 1, #pairs_list) do
+      local pair = pairs_list[i]
+      args[#args + 1] = op
+      args[#args + 1] = 'u32'
+      args[#args + 1] = '#' .. pair[1]
+      args[#args + 1] = pair[2]
+    end
+    redis.call('BITFIELD', key, unpack(args))
+  end
+end
+
+-- Add the tally to the period's counts: the dense string if there is one, else the hash,
+-- which becomes the dense string (allocated whole, at the campaign's last output) once it
+-- has ARGV[10] fields.
+local function count_period(tally)
+  local hash, dense = KEYS[6], KEYS[7]
+  local target = dense
+  if redis.call('EXISTS', dense) == 1 then
+    local list = {}
+    for output, count in pairs(tally) do
+      list[#list + 1] = {output, count}
+    end
+    bitfield(dense, 'INCRBY', list)
+  else
+    for output, count in pairs(tally) do
+      redis.call('HINCRBY', hash, output, count)
+    end
+    target = hash
+    if redis.call('HLEN', hash) >= tonumber(ARGV[10]) then
+      local fields = redis.call('HGETALL', hash)
+      local list = {{ARGV[11], 0}}
+      for i = 1, #fields, 2 do
+        list[#list + 1] = {fields[i], fields[i + 1]}
+      end
+      bitfield(dense, 'SET', list)
+      redis.call('DEL', hash)
+      target = dense
+    end
+  end
+  local ttl = tonumber(ARGV[9])
+  if ttl > 0 then
+    redis.call('EXPIRE', target, ttl)
+  end
 end
 
 local fresh = {}
@@ -96,7 +151,7 @@ local now_ms = ARGV[4]
 for r = 1, n do
   if fresh[r] then
     local base = first + stride * (r - 1)
-    local set = 6 + 3 * tonumber(ARGV[base])
+    local set = 8 + 3 * tonumber(ARGV[base])
     local output = ARGV[base + 2]
     redis.call('SADD', KEYS[set], ARGV[base + 1])
     touched[set] = true
@@ -116,6 +171,7 @@ end
 for output, count in pairs(tally) do
   redis.call('HINCRBY', KEYS[2], output, count)
 end
+count_period(tally)
 redis.call('HINCRBY', KEYS[1], 'n_reports', n_fresh)
 redis.call('HSET', KEYS[1], 'last_ms', now_ms)
 redis.call('HINCRBY', KEYS[3], ARGV[3], n_fresh)
