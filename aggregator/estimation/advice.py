@@ -50,6 +50,7 @@ import numpy as np
 
 from aggregator.estimation.grid_kernel import mean_displacement_cells
 from shared.errors import SpecError
+from shared.exactness import WEIGHT_UNIT, krr_weights
 from shared.mechanisms import Geometric
 from shared.oracles import hash_range
 from shared.spec import (
@@ -59,6 +60,7 @@ from shared.spec import (
     HADAMARD_RESPONSE,
     KRR,
     MANHATTAN,
+    MAX_DOMAIN,
     MAX_EPSILON,
     MAX_GEOMETRIC_EPSILON,
     MECHANISMS,
@@ -324,12 +326,18 @@ def rank_range(lo: int, hi: int, epsilon: float, n: int) -> list[Option]:
     return _sorted([*options, *oracles])
 
 
-def rank_region(cell_size_m: float, epsilon: float) -> list[Option]:
+def rank_region(
+    cell_size_m: float, epsilon: float, shape: tuple[int, int] | None = None
+) -> list[Option]:
     """A region's hosted mechanisms by a proxy: the mean distance of a report from the truth.
 
     Planar Laplace moves a report by a Gamma(2, 1/epsilon) distance, mean
-    ``2 / epsilon`` metres. The estimate's error depends on the population and
-    the grid; ``ldp-simulate advise --region`` simulates it.
+    ``2 / epsilon`` metres. With the grid's ``shape`` (rows, columns), k-RR over the cells
+    is ranked too, at ``epsilon * cell_size_m`` (no pair of cells less protected than the
+    two nearest are by planar Laplace): a report leaves its cell with probability
+    ``1 - p_keep`` for a cell drawn uniformly from the others. OLH's reports are hashes,
+    not cells, so it has no displacement to rank by. The estimate's error depends on the
+    population and the grid; ``ldp-simulate advise --region`` simulates every one of them.
     """
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
@@ -364,7 +372,44 @@ def rank_region(cell_size_m: float, epsilon: float) -> list[Option]:
                 details={"metric": metric, "mean_displacement_m": cells * cell_size_m},
             )
         )
+    if shape is not None and shape[0] * shape[1] <= MAX_DOMAIN:
+        cells = shape[0] * shape[1]
+        per_cell = epsilon * cell_size_m
+        try:
+            keep = krr_weights(per_cell, cells)
+        except ValueError:
+            pass  # the spec refuses this epsilon over so many cells: nothing to rank
+        else:
+            leaves = (cells - 1) * WEIGHT_UNIT / (keep + (cells - 1) * WEIGHT_UNIT)
+            options.append(
+                Option(
+                    mechanism=KRR,
+                    expected_mse=None,
+                    epsilon=per_cell,
+                    basis=PROXY,
+                    why="k-RR over the cells: every pair of cells, near or far, as protected "
+                    "as the two nearest",
+                    hosted=hosted(KRR),
+                    details={
+                        "mean_displacement_m": leaves * mean_cell_distance(*shape) * cell_size_m,
+                        "as_cells": True,
+                    },
+                )
+            )
     return sorted(options, key=lambda o: o.details["mean_displacement_m"])
+
+
+def mean_cell_distance(rows: int, cols: int) -> float:
+    """The mean distance, in cells, between two different cells of a ``rows x cols`` grid
+    drawn uniformly (over the offsets between them, each weighted by how many pairs have it)."""
+    if rows * cols < 2:
+        return 0.0
+    down = np.arange(-(rows - 1), rows)
+    across = np.arange(-(cols - 1), cols)
+    pairs = np.outer(rows - np.abs(down), cols - np.abs(across)).astype(float)
+    distance = np.hypot(down[:, None], across[None, :])
+    pairs[rows - 1, cols - 1] = 0.0  # a cell and itself
+    return float(np.sum(pairs * distance) / np.sum(pairs))
 
 
 def expected_error(spec: CampaignSpec, n: int) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aggregator.estimation.advice import oracle_mse, rank_region
+from aggregator.estimation.advice import mean_cell_distance, oracle_mse, rank_region
 from shared.spec import (
     ADVISED_SCHEMA,
     DEFAULT_EXPECTED_USERS,
@@ -101,9 +101,13 @@ def test_a_region_gets_the_grid_mechanism_that_moves_reports_least(client, admin
     assert sorted((o["mechanism"], o.get("metric") or "") for o in ranking) == [
         ("exponential_grid", "euclidean"),
         ("exponential_grid", "manhattan"),
+        ("krr", ""),
         ("planar_laplace", ""),
     ]
     assert (ranking[0]["mechanism"], ranking[0]["metric"]) == ("exponential_grid", "euclidean")
+    # k-RR over the cells at 2 per cell sends most reports to a cell anywhere in the region.
+    assert ranking[-1]["mechanism"] == "krr" and ranking[-1]["epsilon"] == pytest.approx(2.0)
+    ranking = [o for o in ranking if o["mechanism"] != "krr"]
     displacements = {o.get("metric", "planar"): o["mean_displacement_m"] for o in ranking}
     assert displacements["planar"] == pytest.approx(200.0)
     assert displacements["euclidean"] == pytest.approx(139.6, abs=0.5)
@@ -142,6 +146,25 @@ def test_expected_users_with_a_mechanism_is_refused(client, admin):
     response = create(client, admin, mechanism="krr", epsilon=1, domain=LABELS, expected_users=5)
     assert response.status_code == 422
     assert response.get_json()["error"]["field"] == "expected_users"
+
+
+def test_a_region_where_reports_hardly_move_gets_krr_over_its_cells(client, admin):
+    """At 0.1 per metre over 200 m cells the exponential mechanism's spec refuses the step
+    (20 per cell) and k-RR over the cells at 20 keeps almost every report in its cell: it is
+    chosen, as a region campaign."""
+    response = create(client, admin, region=REGION, cell_size_m=200, epsilon=0.1)
+    assert response.status_code == 201, response.get_json()
+    body = response.get_json()
+    assert (body["mechanism"], body["epsilon"]) == ("krr", pytest.approx(20.0))
+    assert body["region"] == REGION and body["cell_size_m"] == 200
+    assert [o["mechanism"] for o in body["advice"]["ranking"]] == ["krr", "planar_laplace"]
+
+
+def test_the_mean_distance_between_two_cells():
+    assert mean_cell_distance(2, 1) == 1.0
+    assert mean_cell_distance(1, 3) == pytest.approx(4 / 3)  # 1, 2 and 1 cells apart
+    assert mean_cell_distance(2, 2) == pytest.approx((4 * 1 + 2 * math.sqrt(2)) / 6)
+    assert mean_cell_distance(1, 1) == 0.0
 
 
 def test_a_region_ranks_only_the_grid_steps_a_spec_takes():
