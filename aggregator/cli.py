@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ import click
 import redis
 
 from aggregator.estimation.advised_spec import spec_and_advice
-from aggregator.http import estimates, export
+from aggregator.http import estimates, export, windows
 from aggregator.http.enrollment import new_token
 from aggregator.services import open_store
 from aggregator.settings import Settings, SettingsError
@@ -35,7 +36,7 @@ from aggregator.storage.redis_server import (
     connect_url,
 )
 from aggregator.storage.retention import DAY_S, trim_all
-from aggregator.storage.store import CLOSED, OPEN, CampaignStore
+from aggregator.storage.store import CLOSED, OPEN, Campaign, CampaignStore
 from shared.errors import LDPError
 from shared.mechanisms import GridMechanism
 from shared.terminal import json_text, printable
@@ -197,6 +198,38 @@ def main(ctx: click.Context, redis_url: str | None, data_dir: str, fsync: str) -
 
 def _echo_json(data: Any) -> None:
     click.echo(json_text(data, indent=2))
+
+
+# --since and --until: a window of the campaign's periods, as the API's since and until.
+_WINDOW_HELP = (
+    "{which} period of the window, included: an ISO date 2026-12-01 for a campaign counted "
+    "by day (period day or once), an ISO week 2026-W48 for one counted by week; a report is "
+    "in the period the server received it in (UTC) [default: {default}]."
+)
+_since_option = click.option(
+    "--since",
+    metavar="PERIOD",
+    help=_WINDOW_HELP.format(which="First", default="the campaign's first, or all time"),
+)
+_until_option = click.option(
+    "--until",
+    metavar="PERIOD",
+    help=_WINDOW_HELP.format(which="Last", default="the current one, or all time"),
+)
+
+
+def _window(
+    store: CampaignStore, campaign: Campaign, since: str | None, until: str | None
+) -> windows.WindowRead | None:
+    """The window of --since and --until (None: all time); a bad one is an error naming the
+    option."""
+    now = store.clock()
+    window = windows.parse_window(
+        campaign, {"--since": since, "--until": until}, now=now, names=("--since", "--until")
+    )
+    if window is None:
+        return None
+    return windows.resolve(campaign, window, now=now, retention_s=store.period_retention_s)
 
 
 def _use_data_dir(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -438,6 +471,8 @@ def campaign_open(opener: StoreOpener, campaign_id: str) -> None:
     help="Also print how the intervals were made and the estimator's details (folds, "
     "iterations chosen, ...).",
 )
+@_since_option
+@_until_option
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")
 @click.pass_obj
 def estimate_command(
@@ -452,9 +487,12 @@ def estimate_command(
     no_limits: bool,
     threads: int,
     show_details: bool,
+    since: str | None,
+    until: str | None,
     as_json: bool,
 ) -> None:
-    """Estimate a campaign's distribution with confidence intervals.
+    """Estimate a campaign's distribution with confidence intervals, over all its reports or
+    over the window of --since and --until.
 
     Prints the method that ran, its one-line description and every warning
     the API gives with the estimate ("warning: ..."), then the table.
@@ -468,7 +506,10 @@ def estimate_command(
         max_work = timeout_s = None
     limits = estimates.EstimateLimits(max_work, timeout_s, threads)
     method = method or estimates.default_method(campaign.mechanism)
-    result, _ = estimates.cached_estimate(store, campaign, method, float(confidence), limits=limits)
+    window = _window(store, campaign, since, until)
+    result, _ = estimates.cached_estimate(
+        store, campaign, method, float(confidence), window=window, limits=limits
+    )
     if as_json:
         _echo_json(result)
         return
@@ -506,7 +547,10 @@ def estimate_command(
 def _echo_estimate_head(campaign_id: str, result: dict[str, Any], show_details: bool) -> None:
     """What ran and what to know about it: the method the body names (the one whose numbers
     these are), its headline, the iterations, every warning, and on request the details."""
-    click.echo(f"campaign {printable(campaign_id)}  method {result['method']}  n {result['n']}")
+    click.echo(
+        f"campaign {printable(campaign_id)}{_window_words(result)}  method {result['method']}  "
+        f"n {result['n']}"
+    )
     if result.get("estimator"):
         click.echo(f"estimator {printable(result['estimator'])}")
     if result.get("n_iter") is not None:
@@ -520,6 +564,48 @@ def _echo_estimate_head(campaign_id: str, result: dict[str, Any], show_details: 
     for key, value in (result.get("details") or {}).items():
         shown = value if isinstance(value, str) else json_text(value)
         click.echo(f"detail {printable(key)}: {printable(shown)}")
+
+
+def _window_words(body: dict[str, Any]) -> str:
+    """``  window 2026-12-01 to 2026-12-07`` for a body over a window, else nothing."""
+    window = body.get("window")
+    if not window:
+        return ""
+    since, until = window["since"], window["until"]
+    return f"  window {since}" if since == until else f"  window {since} to {until}"
+
+
+@main.command("counts")
+@click.argument("campaign_id")
+@_since_option
+@_until_option
+@click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")
+@click.pass_obj
+def counts_command(
+    opener: StoreOpener, campaign_id: str, since: str | None, until: str | None, as_json: bool
+) -> None:
+    """Reports per output symbol, over all time or the window of --since and --until.
+
+    These are the noisy reports as received (GET .../counts), not an estimate:
+    `ldp-aggregator estimate` corrects them for the noise.
+    """
+    store = opener.store()
+    campaign = store.get_campaign(campaign_id)
+    window = _window(store, campaign, since, until)
+    counts = estimates.window_counts(store, campaign, window)
+    labels = estimates.output_labels(campaign.mechanism)
+    body = export.window_counts_body(campaign, counts, [], window)
+    del body["hourly"]
+    if as_json:
+        _echo_json(body)
+        return
+    click.echo(f"campaign {printable(campaign_id)}{_window_words(body)}  n {body['n']}")
+    for warning in body.get("warnings", ()):
+        click.echo(f"warning: {printable(warning)}")
+    click.echo(f"{'label':<24} {'count':>10}")
+    for y, label in enumerate(labels):
+        if counts.get(y) or not estimates.is_oracle(campaign.mechanism):
+            click.echo(f"{printable(label):<24} {counts.get(y, 0):>10}")
 
 
 @main.command("export")
@@ -558,6 +644,8 @@ def _echo_estimate_head(campaign_id: str, result: dict[str, Any], show_details: 
     default="-",
     help="File to write (default: standard output).",
 )
+@_since_option
+@_until_option
 @click.pass_obj
 def export_command(
     opener: StoreOpener,
@@ -567,14 +655,19 @@ def export_command(
     method: str | None,
     confidence: float,
     output: Any,
+    since: str | None,
+    until: str | None,
 ) -> None:
-    """Write a campaign's reports, counts or estimate as JSON or CSV.
+    """Write a campaign's reports, counts or estimate as JSON or CSV, over all time or the
+    window of --since and --until.
 
     The counts and the estimate are the files the API serves at
-    /counts?format=... and /estimate?format=...; reports come oldest first.
+    /counts?format=... and /estimate?format=... (with since and until);
+    reports come oldest first, those of a window received in it.
     """
     store = opener.store()
     campaign = store.get_campaign(campaign_id)
+    window = _window(store, campaign, since, until)
     if data == "reports":
         if not store.keeps_raw_reports and not store.has_raw_reports(campaign_id):
             raise click.ClickException(
@@ -582,20 +675,21 @@ def export_command(
                 "(LDP_RAW_REPORTS=off); export --data counts, or set LDP_RAW_REPORTS=keep to "
                 "keep the reports that arrive from now on"
             )
-        count = _export_reports(store, campaign, output_format, output)
+        count = _export_reports(store, campaign, output_format, output, window)
         if output is not sys.stdout:
             click.echo(f"{count} reports written to {output.name}", err=True)
         return
     if data == "counts":
-        counts = store.counts(campaign_id)
+        counts = estimates.window_counts(store, campaign, window)
         if output_format == "csv":
             output.write(export.counts_csv(campaign, counts))
         else:
-            body = export.counts_body(campaign, counts, store.hourly_counts(campaign_id))
+            hourly = store.hourly_counts(campaign_id)
+            body = export.window_counts_body(campaign, counts, hourly, window)
             output.write(json_text(body, indent=2) + "\n")
     else:
         method = method or estimates.default_method(campaign.mechanism)
-        body, _ = estimates.cached_estimate(store, campaign, method, confidence)
+        body, _ = estimates.cached_estimate(store, campaign, method, confidence, window=window)
         if output_format == "csv":
             output.write(export.estimate_csv(campaign, body))
         else:
@@ -604,13 +698,24 @@ def export_command(
         click.echo(f"{data} written to {output.name}", err=True)
 
 
-def _export_reports(store: CampaignStore, campaign: Any, output_format: str, output: Any) -> int:
+def _export_reports(
+    store: CampaignStore,
+    campaign: Any,
+    output_format: str,
+    output: Any,
+    window: windows.WindowRead | None = None,
+) -> int:
+    start, end = -math.inf, math.inf
+    if window is not None:
+        start, end = window.window.start_s, window.window.end_s
     count = 0
     writer = None
     if output_format == "csv":
         writer = export.CSVWriter(output)
         writer.writerow(export.reports_csv_header(campaign))
     for report in store.iter_reports(campaign.spec.id):
+        if not start <= report["received_at"] < end:
+            continue
         if writer is not None:
             writer.writerow(export.reports_csv_row(report))
         else:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from aggregator.http.estimates import output_labels
 from aggregator.http.parameters import QueryParameter
@@ -27,6 +27,9 @@ from aggregator.storage.store import Campaign
 from shared.mechanisms import GridMechanism
 from shared.schema import String
 from shared.terminal import json_text
+
+if TYPE_CHECKING:
+    from aggregator.http.windows import WindowRead
 
 FORMATS = ("json", "csv")
 CSV_MEDIA_TYPE = "text/csv; charset=utf-8"
@@ -197,3 +200,23 @@ def reports_csv_row(report: dict[str, Any]) -> list[Any]:
 
 def reports_json_line(report: dict[str, Any]) -> str:
     return json_text(report, separators=(",", ":")) + "\n"
+
+
+def window_counts_body(
+    campaign: Campaign,
+    counts: dict[int, int],
+    hourly: Iterable[tuple[int, int]],
+    window: WindowRead | None,
+) -> dict[str, Any]:
+    """:func:`counts_body` over ``window`` (None: all time): ``hourly`` cut to the window's
+    hours, the window named, and its notes (periods without counts) as ``warnings``."""
+    if window is None:
+        return counts_body(campaign, counts, hourly)
+    start, end = window.window.start_s, window.window.end_s
+    body = counts_body(campaign, counts, [(h, c) for h, c in hourly if start <= h < end])
+    return {
+        "campaign": body.pop("campaign"),
+        "window": window.to_dict(),
+        **body,
+        "warnings": list(window.notes),
+    }

@@ -18,6 +18,16 @@ from aggregator.http.enrollment import TOKEN_REQUEST
 from aggregator.http.estimates import CONFIDENCE, METHOD
 from aggregator.http.export import FORMAT
 from aggregator.http.routes import LISTED_DOMAIN_LIMIT, STATUS_UPDATE
+from aggregator.http.windows import (
+    A_SINCE,
+    A_UNTIL,
+    B_SINCE,
+    B_UNTIL,
+    PERIODS,
+    TOP,
+    UNTIL,
+    WINDOW_PARAMETERS,
+)
 from aggregator.services import current_settings
 from aggregator.storage.store import STATUSES
 from shared.schema import Shapes
@@ -281,6 +291,7 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
         "properties": {
             "campaign": {"type": "string"},
             "spec_hash": {"type": "string"},
+            "window": _WINDOW,
             "method": {
                 "type": "string",
                 "enum": list(METHODS),
@@ -516,9 +527,14 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
                 },
             },
             "/api/v1/campaigns/{campaign_id}/counts": {
-                "parameters": [_CAMPAIGN_ID, FORMAT.openapi()],
+                "parameters": [
+                    _CAMPAIGN_ID,
+                    FORMAT.openapi(),
+                    *(parameter.openapi() for parameter in WINDOW_PARAMETERS),
+                ],
                 "get": {
-                    "summary": "Reports per output symbol and per hour (analyst)",
+                    "summary": "Reports per output symbol and per hour (analyst), over all time "
+                    "or a window (then with its window and warnings)",
                     "security": _ANALYST,
                     "responses": {
                         "200": _json_or_csv({"type": "object"}, "Counts"),
@@ -533,9 +549,11 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
                     METHOD.openapi(),
                     CONFIDENCE.openapi(),
                     FORMAT.openapi(),
+                    *(parameter.openapi() for parameter in WINDOW_PARAMETERS),
                 ],
                 "get": {
-                    "summary": "Estimated distribution with confidence intervals (analyst)",
+                    "summary": "Estimated distribution with confidence intervals (analyst), over "
+                    "all time or a window: n, the estimate and its intervals are the window's",
                     "security": _ANALYST,
                     "responses": {
                         "200": _json_or_csv(
@@ -559,6 +577,173 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
                             "headers": {"Retry-After": {"schema": {"type": "integer"}}},
                         },
                     },
+                },
+            },
+            **_window_paths(),
+        },
+    }
+
+
+_WINDOW = {
+    "type": "object",
+    "description": "the window the figures are over (absent: all time); both ends included, "
+    "in the campaign's periods (a once campaign is counted by day)",
+    "properties": {
+        "since": {"type": "string"},
+        "until": {"type": "string"},
+        "period": {"type": "string", "enum": ["day", "week"]},
+    },
+}
+_INTERVAL_ROW = {"type": "array", "items": {"type": "number", "nullable": True}}
+_TIMED_OUT = {
+    **_json(
+        _ERROR,
+        "The estimates ran past the server's time limit and were stopped (those computed are "
+        "cached); Retry-After says when to try again",
+    ),
+    "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+}
+
+
+def _window_paths() -> dict[str, Any]:
+    """The trend of estimates per period and the comparison of two windows."""
+    trend = {
+        "type": "object",
+        "properties": {
+            "campaign": {"type": "string"},
+            "spec_hash": {"type": "string"},
+            "window": _WINDOW,
+            "method": {"type": "string", "enum": list(METHODS)},
+            "confidence": _NUMBER,
+            "n": {"type": "integer", "description": "reports in the whole window"},
+            "periods": {
+                "type": "array",
+                "description": "each period of the window, oldest first",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "period": {"type": "string"},
+                        "n": {"type": "integer"},
+                        "warnings": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+            },
+            "series": {
+                "type": "array",
+                "description": "the top categories (or cells) by their estimated share over the "
+                "whole window, largest first; per period (as in periods) the estimate and its "
+                "interval, null where the period has no reports",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "label": {"type": "string"},
+                        "value": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+                        "frequency": _INTERVAL_ROW,
+                        "ci_low": _INTERVAL_ROW,
+                        "ci_high": _INTERVAL_ROW,
+                    },
+                },
+            },
+            "interval_method": {"type": "string", "nullable": True},
+            "warnings": {"type": "array", "items": {"type": "string"}},
+        },
+    }
+    side = {
+        "type": "object",
+        "properties": {"window": _WINDOW, "n": {"type": "integer"}},
+    }
+    comparison = {
+        "type": "object",
+        "properties": {
+            "campaign": {"type": "string"},
+            "spec_hash": {"type": "string"},
+            "method": {"type": "string", "enum": list(METHODS)},
+            "confidence": _NUMBER,
+            "a": side,
+            "b": side,
+            "differences": {
+                "type": "array",
+                "description": "per category (or cell) in output order; olh and "
+                "hadamard_response: the 1,000 largest absolute differences, decreasing",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "label": {"type": "string"},
+                        "value": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+                        "a": {"type": "number", "description": "window a's estimate"},
+                        "b": {"type": "number", "description": "window b's estimate"},
+                        "difference": {"type": "number", "description": "b - a"},
+                        "ci_low": _NUMBER,
+                        "ci_high": _NUMBER,
+                        "excludes_zero": {
+                            "type": "boolean",
+                            "description": "the interval does not hold 0: clearly non-zero",
+                        },
+                    },
+                },
+            },
+            "excluding_zero": {"type": "integer"},
+            "rows": {"type": "object"},
+            "interval_method": {"type": "string"},
+            "warnings": {"type": "array", "items": {"type": "string"}},
+        },
+    }
+    return {
+        "/api/v1/campaigns/{campaign_id}/trend": {
+            "parameters": [
+                _CAMPAIGN_ID,
+                METHOD.openapi(),
+                CONFIDENCE.openapi(),
+                PERIODS.openapi(),
+                TOP.openapi(),
+                {
+                    **UNTIL.openapi(),
+                    "description": "the trend's last period (default: the "
+                    "current one); as the estimate's until",
+                },
+            ],
+            "get": {
+                "summary": "The estimate of each of the last periods for the top categories (or "
+                "cells), with intervals (analyst)",
+                "security": _ANALYST,
+                "responses": {
+                    "200": _json(
+                        trend,
+                        "The trend; each period's estimate is cached as that "
+                        "period's window estimate",
+                    ),
+                    **_errors(401, 403, 404, 422, 429),
+                    "503": _TIMED_OUT,
+                },
+            },
+        },
+        "/api/v1/campaigns/{campaign_id}/compare": {
+            "parameters": [
+                _CAMPAIGN_ID,
+                METHOD.openapi(),
+                CONFIDENCE.openapi(),
+                A_SINCE.openapi(),
+                A_UNTIL.openapi(),
+                B_SINCE.openapi(),
+                B_UNTIL.openapi(),
+            ],
+            "get": {
+                "summary": "Each category's difference between the estimates of windows b and "
+                "a, with an interval holding both windows' noise (analyst); each window needs "
+                "its since or its until",
+                "security": _ANALYST,
+                "responses": {
+                    "200": {
+                        **_json(comparison, "The comparison, cached until new reports arrive"),
+                        "headers": {
+                            "X-Estimate-Cache": {
+                                "description": "hit: served from the cache; miss: computed",
+                                "schema": {"type": "string", "enum": ["hit", "miss"]},
+                            }
+                        },
+                    },
+                    **_errors(401, 403, 404, 422, 429),
+                    "503": _TIMED_OUT,
                 },
             },
         },

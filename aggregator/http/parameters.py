@@ -29,6 +29,10 @@ class QueryParameter:
         """The parameter's value from the query string (its default when absent)."""
         if raw is None:
             return self.default
+        if isinstance(self.values, Number) and self.values.integer:
+            # Digits only: "1e3", "30.0" and "+5" are not the integers they may stand for.
+            value: Any = int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 10 else raw
+            return self.values.check(value, self.name, invalid_parameter)
         if isinstance(self.values, Number):
             try:
                 number = float(raw)

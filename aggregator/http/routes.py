@@ -10,7 +10,7 @@ import flask
 import redis
 
 from aggregator.estimation.advised_spec import spec_and_advice
-from aggregator.http import estimates, export
+from aggregator.http import estimates, export, trends, windows
 from aggregator.http.auth import ADMIN, ANALYST, require
 from aggregator.http.errors import APIError
 from aggregator.http.metrics import counted_submission, current_metrics
@@ -262,18 +262,37 @@ def _csv_download(text: str, filename: str) -> flask.Response:
     return response
 
 
+def request_window(campaign: Campaign) -> windows.WindowRead | None:
+    """The window of ``since`` and ``until`` in the request, resolved (None: all time)."""
+    store = get_store()
+    now = store.clock()
+    window = windows.parse_window(campaign, flask.request.args, now=now)
+    if window is None:
+        return None
+    return windows.resolve(campaign, window, now=now, retention_s=store.period_retention_s)
+
+
+def window_suffix(window: windows.WindowRead | None) -> str:
+    """A download's file name part for a window: ``-2026-12-01-2026-12-07`` (all time: none)."""
+    return "" if window is None else f"-{window.window.since}-{window.window.until}"
+
+
 @bp.get("/campaigns/<campaign_id>/counts")
 @require(ANALYST)
 def get_counts(campaign_id: str) -> flask.Response:
-    """Reports per output symbol and per hour (the raw material of the dashboards)."""
-    _check_parameters({"format"})
+    """Reports per output symbol and per hour (the raw material of the dashboards), over all
+    time or a window."""
+    _check_parameters({"format", "since", "until"})
     output = export.parse_format(flask.request.args.get("format"))
     campaign = load_campaign(campaign_id)
+    window = request_window(campaign)
     store = get_store()
-    counts = store.counts(campaign_id)
+    counts = estimates.window_counts(store, campaign, window)
     if output == "csv":
-        return _csv_download(export.counts_csv(campaign, counts), f"{campaign_id}-counts.csv")
-    return flask.jsonify(export.counts_body(campaign, counts, store.hourly_counts(campaign_id)))
+        name = f"{campaign_id}-counts{window_suffix(window)}.csv"
+        return _csv_download(export.counts_csv(campaign, counts), name)
+    hourly = store.hourly_counts(campaign_id)
+    return flask.jsonify(export.window_counts_body(campaign, counts, hourly, window))
 
 
 def _estimate_sources() -> dict[str, Any]:
@@ -287,34 +306,93 @@ def _estimate_sources() -> dict[str, Any]:
 
 
 def bounded_estimate(
-    campaign: Campaign, method: str, confidence: float
+    campaign: Campaign,
+    method: str,
+    confidence: float,
+    window: windows.WindowRead | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """The campaign's (cached) estimate within the app's limits, and whether it was cached."""
+    """The campaign's (cached) estimate over ``window`` (None: all time) within the app's
+    limits, and whether it was cached."""
     return estimates.cached_estimate(
-        get_store(), campaign, method, confidence, **_estimate_sources()
+        get_store(), campaign, method, confidence, window=window, **_estimate_sources()
     )
 
 
 @bp.get("/campaigns/<campaign_id>/estimate")
 @require(ANALYST)
 def get_estimate(campaign_id: str) -> flask.Response:
-    """The estimate with intervals; served from the cache while no new report has arrived."""
-    _check_parameters({"method", "confidence", "format"})
+    """The estimate with intervals, over all time or a window; served from the cache while no
+    new report has arrived."""
+    _check_parameters({"method", "confidence", "format", "since", "until"})
     campaign = load_campaign(campaign_id)
     method = estimates.parse_method(flask.request.args.get("method"), campaign.mechanism)
     confidence = estimates.parse_confidence(flask.request.args.get("confidence"))
     output = export.parse_format(flask.request.args.get("format"))
+    window = request_window(campaign)
     if output == "csv":
-        body, cached = bounded_estimate(campaign, method, confidence)
+        body, cached = bounded_estimate(campaign, method, confidence, window)
         response = _csv_download(
-            export.estimate_csv(campaign, body), f"{campaign_id}-estimate-{method}.csv"
+            export.estimate_csv(campaign, body),
+            f"{campaign_id}-estimate-{method}{window_suffix(window)}.csv",
         )
     else:
         # The cached text as it is: parsing and serialising a large grid's body again
         # would cost more than the rest of a cache hit.
         text, cached = estimates.cached_estimate_json(
-            get_store(), campaign, method, confidence, **_estimate_sources()
+            get_store(), campaign, method, confidence, window=window, **_estimate_sources()
         )
         response = flask.Response(text, mimetype="application/json")
+    response.headers[ESTIMATE_CACHE_HEADER] = "hit" if cached else "miss"
+    return response
+
+
+@bp.get("/campaigns/<campaign_id>/trend")
+@require(ANALYST)
+def get_trend(campaign_id: str) -> flask.Response:
+    """The estimate of each of the last ``periods`` periods (up to ``until``) for the ``top``
+    categories of their whole window, with intervals."""
+    _check_parameters({"method", "confidence", "periods", "top", "until"})
+    campaign = load_campaign(campaign_id)
+    args = flask.request.args
+    method = estimates.parse_method(args.get("method"), campaign.mechanism)
+    confidence = estimates.parse_confidence(args.get("confidence"))
+    count = int(windows.PERIODS.parse(args.get("periods")))
+    top = int(windows.TOP.parse(args.get("top")))
+    until = windows.parse_key(campaign, args.get("until"), "until")
+    store = get_store()
+    now = store.clock()
+    window = windows.last_periods(campaign, count, until, now=now)
+    body = trends.trend_response(
+        store, campaign, method, confidence, window, top, now=now, **_estimate_sources()
+    )
+    return flask.jsonify(body)
+
+
+@bp.get("/campaigns/<campaign_id>/compare")
+@require(ANALYST)
+def get_comparison(campaign_id: str) -> flask.Response:
+    """Each category's difference between the estimates of windows b and a, with intervals
+    that hold both windows' noise; cached like an estimate. Window b is the current period
+    by default, window a as many periods just before b."""
+    names = ("a_since", "a_until", "b_since", "b_until")
+    _check_parameters({"method", "confidence", *names})
+    campaign = load_campaign(campaign_id)
+    args = flask.request.args
+    method = estimates.parse_method(args.get("method"), campaign.mechanism)
+    confidence = estimates.parse_confidence(args.get("confidence"))
+    store = get_store()
+    now = store.clock()
+    b = windows.parse_window(campaign, args, now=now, names=("b_since", "b_until"))
+    b = b or windows.last_periods(campaign, 1, None, now=now)
+    a = windows.parse_window(campaign, args, now=now, names=("a_since", "a_until"))
+    a = a or windows.previous(b, "a_since")
+    sides = [
+        windows.resolve(campaign, window, now=now, retention_s=store.period_retention_s)
+        for window in (a, b)
+    ]
+    text, cached = trends.comparison_json(
+        store, campaign, method, confidence, (sides[0], sides[1]), **_estimate_sources()
+    )
+    response = flask.Response(text, mimetype="application/json")
     response.headers[ESTIMATE_CACHE_HEADER] = "hit" if cached else "miss"
     return response

@@ -23,6 +23,7 @@ from aggregator.http.enrollment import MAX_TOKENS_PER_REQUEST, TOKEN_REQUEST
 from aggregator.http.estimates import CONFIDENCE, CONFIDENCE_LEVELS, METHOD, not_applicable
 from aggregator.http.export import FORMAT, FORMATS
 from aggregator.http.routes import STATUS_UPDATE
+from aggregator.http.windows import PERIOD_PATTERN
 from aggregator.storage.store import STATUSES
 from shared.mechanisms import Mechanism
 from shared.periods import PERIODS
@@ -64,6 +65,8 @@ _LONGEST_IDS = (f"{i:064d}" for i in itertools.count())
 PATTERN_EXAMPLES = {
     f"^{CAMPAIGN_ID.pattern}$": (lambda: next(_LONGEST_IDS), "a" * 65),
     f"^{ENROLLMENT_TOKEN.pattern}$": (None, "t" * 15),
+    # A window's period: a date for a campaign counted by day (the walk's campaigns are).
+    f"^{PERIOD_PATTERN}$": (lambda: "2026-12-01", "2026-12-1"),
 }
 # A region of about 220 m x 180 m: small enough for 1 m cells.
 REGION = {"lat_min": 37.77, "lat_max": 37.772, "lon_min": -122.42, "lon_max": -122.418}
