@@ -13,6 +13,7 @@ import functools
 import json
 import math
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -309,7 +310,7 @@ def serve(
     # Campaigns of an earlier version are migrated once here, before any worker starts.
     open_store(url, settings)[0].close()
     # Every worker builds its app from these settings, with the URL of the Redis just opened.
-    app_factory = functools.partial(create_app, settings.replace(redis_url=url))
+    app_factory = functools.partial(_worker_app, settings.replace(redis_url=url))
     control = str(lock.data_dir / CONTROL) if lock is not None else None
     try:
         run_gunicorn(
@@ -323,6 +324,24 @@ def serve(
         opener.close()  # Redis stops before the data directory is given up
         if lock is not None:
             lock.release()
+
+
+def _worker_app(settings: Settings) -> Any:
+    """A worker's app, built in the worker once gunicorn has set its signal handlers; the
+    worker then leaves Ctrl-C to the master.
+
+    Ctrl-C sends SIGINT to every process of the terminal's foreground group: to the
+    master, which stops each worker with SIGQUIT, and to each worker itself. A gevent
+    worker answers both with gunicorn's quick exit, each in a greenlet of its own, and
+    the second one's ``sys.exit(0)`` lands while the first is already ending the process:
+    a ``SystemExit: 0`` traceback per worker. Ignoring SIGINT in the workers leaves them
+    the master's SIGQUIT alone, which ends them quietly; SIGTERM and SIGQUIT are theirs
+    as before.
+    """
+    from aggregator.app import create_app
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return create_app(settings)
 
 
 def _warn_if_not_durable(url: str) -> None:
