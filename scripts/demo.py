@@ -2,49 +2,58 @@
 
 Starts ``ldp-aggregator serve`` on an embedded Redis (or on ``LDP_REDIS_URL``),
 creates three demo campaigns, fills each with a simulated population reporting
-through the real client library, and prints where to look. The server keeps
-running until Ctrl-C (``--exit-after-setup`` stops it once the campaigns are
-filled, for tests).
+through the real client library, says which data each campaign's users come
+from, and prints where to look. The server keeps running until Ctrl-C
+(``--exit-after-setup`` stops it once the campaigns are filled, for tests).
+
+A second run keeps the reports of the first (the data directory is the
+server's store) and says so; ``--fresh`` starts afresh, deleting the demo's
+data directory first, and refuses when that directory holds campaigns that are
+not the demo's.
+
+Only the standard library is imported before the options are read, so that
+``--help`` answers before anything is installed (``scripts/demo.sh`` asks it
+first); ``DEMO_COMMAND`` is the command the help names.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-
-import click
-import requests
-
-from aggregator.http.estimates import default_method
-from shared.mechanisms import Mechanism
-from shared.spec import CampaignSpec
-from simulate import Population, run_via_server
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 GOWALLA = ROOT.parent / "shared" / "data" / "gowalla_sf_downtown.csv"
 STARTUP_SECONDS = 60
+STOP_SECONDS = 30
+# The command the help and the messages name: scripts/demo.sh sets it to how it was called.
+COMMAND = os.environ.get("DEMO_COMMAND") or "python scripts/demo.py"
 
-COMMUTE = {
+COMMUTE: dict[str, Any] = {
     "id": "commute-mode",
     "title": "How did you get to work today?",
     "mechanism": "krr",
     "epsilon": 1.0,
     "domain": ["walk", "bike", "bus", "train", "car", "scooter", "other"],
 }
-VACCINATED = {
+COMMUTE_ZIPF = 1.1
+VACCINATED: dict[str, Any] = {
     "id": "flu-shot",
     "title": "Did you get a flu shot this year?",
     "mechanism": "rr",
     "epsilon": 1.0,
 }
-DOWNTOWN = {
+VACCINATED_YES = 0.65
+DOWNTOWN: dict[str, Any] = {
     "id": "sf-downtown",
     "title": "Where are you? (San Francisco downtown)",
     "mechanism": "planar_laplace",
@@ -53,55 +62,97 @@ DOWNTOWN = {
     "privacy_level": math.log(2),
     "privacy_radius_m": 100.0,
 }
+CITY_SEED = 7
+DEMO_IDS = frozenset(spec["id"] for spec in (COMMUTE, VACCINATED, DOWNTOWN))
 
 
-def _populations(users: int) -> list[tuple[dict, Population, int]]:
+class DemoError(Exception):
+    """A failure the demo explains in one message (printed as ``Error: ...``, exit status 1)."""
+
+
+def _shown_path(path: Path) -> str:
+    """``path`` relative to the current directory when it is below it or its parent."""
+    here = Path.cwd()
+    for base, prefix in ((here, ""), (here.parent, "../")):
+        try:
+            return prefix + str(path.relative_to(base))
+        except ValueError:
+            continue
+    return str(path)
+
+
+def _populations(users: int) -> list[tuple[dict, Any, int, str]]:
+    """(spec, population, users, where the users' answers come from) of each demo campaign."""
+    from shared.spec import CampaignSpec
+    from simulate import Population
+
     grid = CampaignSpec.from_dict(DOWNTOWN).grid
     if GOWALLA.is_file():
         places = Population.from_csv_points(GOWALLA, grid)
+        where = f"placed at the Gowalla check-ins in {_shown_path(GOWALLA)}"
     else:
-        places = Population.clustered_city(grid, seed=7)
+        places = Population.clustered_city(grid, seed=CITY_SEED)
+        where = (
+            f"placed in a synthetic city (clustered hotspots, seed {CITY_SEED}): there are no "
+            f"Gowalla check-ins at {_shown_path(GOWALLA)}"
+        )
+    modes = COMMUTE["domain"]
     return [
-        (COMMUTE, Population.zipf(len(COMMUTE["domain"]), 1.1, COMMUTE["domain"]), users),
-        (VACCINATED, Population.from_weights([0.35, 0.65], ["no", "yes"]), users),
-        (DOWNTOWN, places, 2 * users),
+        (
+            COMMUTE,
+            Population.zipf(len(modes), COMMUTE_ZIPF, modes),
+            users,
+            f"simulated users whose answers follow Zipf's law (exponent {COMMUTE_ZIPF:g}) over "
+            f"the {len(modes)} modes, in the order listed",
+        ),
+        (
+            VACCINATED,
+            Population.from_weights([1 - VACCINATED_YES, VACCINATED_YES], ["no", "yes"]),
+            users,
+            f"simulated users, {VACCINATED_YES:.0%} of them vaccinated",
+        ),
+        (DOWNTOWN, places, 2 * users, f"simulated users {where}"),
     ]
 
 
-def _wait_until_up(process: subprocess.Popen, url: str, seconds: float = STARTUP_SECONDS) -> None:
-    """Return once ``/health`` answers 200; ClickException if the server exits or never does.
+def _wait_until_up(process: Any, url: str, seconds: float = STARTUP_SECONDS) -> None:
+    """Return once ``/health`` answers 200; DemoError if the server exits or never does.
 
     gunicorn accepts connections before its workers have booted, so a request may
     time out or be cut off while it starts: any request error means "not yet".
     """
+    import requests
+
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise click.ClickException("the aggregator exited during start-up")
+            raise DemoError("the aggregator exited during start-up")
         try:
             if requests.get(f"{url}/api/v1/health", timeout=1).ok:
                 return
         except requests.RequestException:
             pass
         time.sleep(0.2)
-    raise click.ClickException(f"the aggregator did not answer on {url} within {seconds:g} s")
+    raise DemoError(f"the aggregator did not answer on {url} within {seconds:g} s")
 
 
 def _refuse_a_taken_port(host: str, port: int) -> None:
-    """ClickException if something already accepts connections on ``host:port``: its health
+    """DemoError if something already accepts connections on ``host:port``: its health
     check would pass for the demo's own server, and the demo's tokens would not be its."""
     try:
         with socket.create_connection((host, port), timeout=1):
             pass
     except OSError:
         return
-    raise click.ClickException(
+    raise DemoError(
         f"{host}:{port} is already in use (another aggregator or program): stop it, or choose "
         "another port with --port"
     )
 
 
 def _existing_reports(url: str, campaign_id: str, analyst_token: str) -> int:
+    import requests
+
     response = requests.get(
         f"{url}/api/v1/campaigns/{campaign_id}/counts",
         headers={"Authorization": f"Bearer {analyst_token}"},
@@ -110,96 +161,234 @@ def _existing_reports(url: str, campaign_id: str, analyst_token: str) -> int:
     return int(response.json()["n"]) if response.ok else 0
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
-@click.option(
-    "--data-dir",
-    default=".ldp-data",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Where the embedded Redis keeps its data (ignored with LDP_REDIS_URL).",
-)
-@click.option(
-    "--users",
-    default=1500,
-    show_default=True,
-    type=click.IntRange(10, 1_000_000),
-    help="Simulated users per categorical campaign (twice as many for the map).",
-)
-@click.option("--exit-after-setup", is_flag=True, help="Stop the server once the demo is filled.")
-def main(host: str, port: int, data_dir: str, users: int, exit_after_setup: bool) -> None:
-    """Run the aggregator with demo campaigns filled through the real client."""
+def _campaign_ids(url: str, token: str) -> set[str]:
+    import requests
+
+    response = requests.get(
+        f"{url}/api/v1/campaigns", headers={"Authorization": f"Bearer {token}"}, timeout=10
+    )
+    response.raise_for_status()
+    return {campaign["id"] for campaign in response.json()["campaigns"]}
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if the server has not stopped within STOP_SECONDS."""
+    if server.poll() is None:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=COMMAND,
+        description="Run the aggregator with three demo campaigns filled through the real "
+        "client, and print the dashboard's address and tokens. A second run keeps the first "
+        "run's reports (and says so); --fresh starts afresh.",
+        epilog="LDP_ADMIN_TOKEN, LDP_ANALYST_TOKEN (random when unset) and LDP_REDIS_URL (an "
+        "external Redis instead of the embedded one) are honoured. The map campaign's users "
+        f"are placed at the Gowalla check-ins in {_shown_path(GOWALLA)} when that file is "
+        "there, in a synthetic city otherwise.",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to serve on (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--port", default=8000, type=_port, help="port to serve on (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=".ldp-data",
+        metavar="DIR",
+        help="where the server writes its log and the embedded Redis keeps its data (none "
+        "with LDP_REDIS_URL) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--users",
+        default=1500,
+        type=_users,
+        metavar="N",
+        help="simulated users per categorical campaign, twice as many for the map (10 to "
+        "1,000,000; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start afresh: delete the data directory of an earlier demo run first (refused "
+        "when it holds other campaigns, and with LDP_REDIS_URL)",
+    )
+    parser.add_argument(
+        "--exit-after-setup",
+        action="store_true",
+        help="stop the server once the demo is filled",
+    )
+    return parser
+
+
+def _bounded(low: int, high: int, what: str) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{what} must be {low} to {high:,}, got {value}")
+        return value
+
+    return parse
+
+
+_port = _bounded(1, 65535, "the port")
+_users = _bounded(10, 1_000_000, "the number of users")
+
+
+class _Server:
+    """The aggregator the demo runs: ``serve`` with the demo's settings, its log appended to
+    ``server.log`` in the data directory."""
+
+    def __init__(self, host: str, port: int, data_dir: Path, env: dict[str, str]) -> None:
+        self.url = f"http://{host}:{port}"
+        self.command = [
+            *(sys.executable, "-m", "aggregator.cli", "serve"),
+            *("--host", host, "--port", str(port)),
+        ]
+        self.data_dir = data_dir
+        self.log_path = data_dir / "server.log"
+        self.env = env
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+        try:
+            _wait_until_up(self.process, self.url)
+        except DemoError as exc:
+            tail = self.log_path.read_text(errors="replace")[-2000:]
+            raise DemoError(f"{exc}; its log: {self.log_path}\n{tail}") from None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            _stop(self.process)
+
+
+def _start_afresh(server: _Server, analyst_token: str, external_redis: bool) -> None:
+    """--fresh: delete the data directory of an earlier run, once sure it holds only the
+    demo's campaigns, and start the server again on an empty one."""
+    if external_redis:
+        raise DemoError(
+            "--fresh deletes the embedded Redis' data directory; with LDP_REDIS_URL, delete "
+            "the demo's campaigns there yourself or use another Redis"
+        )
+    found = _campaign_ids(server.url, analyst_token)
+    others = found - DEMO_IDS
+    if not found:
+        return  # nothing from an earlier run
+    if others:
+        raise DemoError(
+            f"--fresh would delete {server.data_dir}, which also holds campaigns that are not "
+            f"the demo's ({', '.join(sorted(others))}): choose another --data-dir"
+        )
+    server.stop()
+    shutil.rmtree(server.data_dir)
+    print(f"Starting afresh: deleted the earlier demo data in {server.data_dir}.")
+    server.start()
+
+
+def _fill(server: _Server, users: int, admin_token: str, analyst_token: str, where: str) -> None:
+    """Fill each demo campaign not filled yet, saying where its users' answers come from."""
+    from aggregator.http.estimates import default_method
+    from shared.mechanisms import Mechanism
+    from shared.spec import CampaignSpec
+    from simulate import run_via_server
+
+    for spec, population, n, source in _populations(users):
+        already = _existing_reports(server.url, spec["id"], analyst_token)
+        if already:
+            print(
+                f"{spec['id']}: kept the {already:,} reports of an earlier run in {where}; "
+                f"none added ({COMMAND} --fresh starts afresh)."
+            )
+            continue
+        print(f"{spec['id']}: {n} {source}; they report through the client ...")
+        method = default_method(Mechanism.from_spec(CampaignSpec.from_dict(spec)))
+        result = run_via_server(
+            server.url,
+            spec,
+            population,
+            n,
+            admin_token=admin_token,
+            analyst_token=analyst_token,
+            methods=(method,),
+            progress=sys.stderr.isatty(),
+        )
+        score = result.scores.get(method)
+        accuracy = f", {method} total variation {score.tv:.3f}" if score else ""
+        print(f"{spec['id']}: {result.delivered} reports delivered{accuracy}.", flush=True)
+
+
+def run(args: argparse.Namespace) -> None:
+    """The demo, once the options are read."""
+    import requests
+
     admin_token = os.environ.get("LDP_ADMIN_TOKEN") or secrets.token_urlsafe(32)
     analyst_token = os.environ.get("LDP_ANALYST_TOKEN") or secrets.token_urlsafe(32)
+    data_dir = Path(args.data_dir)
     env = {
         **os.environ,
         "LDP_ADMIN_TOKEN": admin_token,
         "LDP_ANALYST_TOKEN": analyst_token,
-        "LDP_DATA_DIR": str(Path(data_dir).resolve()),
+        "LDP_DATA_DIR": str(data_dir.resolve()),
         # Every simulated user fetches the campaign's spec and reports from this machine's
         # address: the per-address limits would pace the demo to minutes.
         "LDP_RATELIMIT_REPORTS": os.environ.get("LDP_RATELIMIT_REPORTS", "1000000 per minute"),
         "LDP_RATELIMIT_PUBLIC": os.environ.get("LDP_RATELIMIT_PUBLIC", "1000000 per minute"),
         "LDP_REPORT_BUDGET": os.environ.get("LDP_REPORT_BUDGET", "1000000 per hour"),
     }
-    url = f"http://{host}:{port}"
-    _refuse_a_taken_port(host, port)
-    command = [sys.executable, "-m", "aggregator.cli", "serve", "--host", host, "--port", str(port)]
-    Path(data_dir).mkdir(parents=True, exist_ok=True)
-    log_path = Path(data_dir) / "server.log"
-    with open(log_path, "ab") as log:
-        server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    external_redis = bool(env.get("LDP_REDIS_URL"))
+    where = "the Redis at LDP_REDIS_URL" if external_redis else str(data_dir)
+    _refuse_a_taken_port(args.host, args.port)
+    server = _Server(args.host, args.port, data_dir, env)
     try:
-        try:
-            _wait_until_up(server, url)
-        except click.ClickException as exc:
-            exc.message += f"; its log: {log_path}\n{log_path.read_text()[-2000:]}"
-            raise
-        click.echo(f"Aggregator up at {url} (Redis: {env.get('LDP_REDIS_URL') or data_dir}).")
-        for spec, population, n in _populations(users):
-            already = _existing_reports(url, spec["id"], analyst_token)
-            if already:
-                click.echo(f"{spec['id']}: already holds {already} reports; not adding more.")
-                continue
-            click.echo(f"{spec['id']}: {n} simulated users report through the client ...")
-            method = default_method(Mechanism.from_spec(CampaignSpec.from_dict(spec)))
-            result = run_via_server(
-                url,
-                spec,
-                population,
-                n,
-                admin_token=admin_token,
-                analyst_token=analyst_token,
-                methods=(method,),
-                progress=sys.stderr.isatty(),
-            )
-            score = result.scores.get(method)
-            accuracy = f", {method} total variation {score.tv:.3f}" if score else ""
-            click.echo(f"{spec['id']}: {result.delivered} reports delivered{accuracy}.")
-        click.echo("")
-        click.echo(f"Dashboard:      {url}/dashboard/")
-        click.echo(f"Analyst token:  {analyst_token}   (sign in with it)")
-        click.echo(f"Admin token:    {admin_token}")
-        click.echo(f"API:            {url}/api/v1/openapi.json")
-        click.echo(f"Server log:     {log_path}")
-        if exit_after_setup:
+        server.start()
+        if args.fresh:
+            _start_afresh(server, analyst_token, external_redis)
+        print(f"Aggregator up at {server.url} (Redis: {where}).", flush=True)
+        _fill(server, args.users, admin_token, analyst_token, where)
+        print("")
+        print(f"Dashboard:      {server.url}/dashboard/")
+        print(f"Analyst token:  {analyst_token}   (sign in with it)")
+        print(f"Admin token:    {admin_token}")
+        print(f"API:            {server.url}/api/v1/openapi.json")
+        print(f"Server log:     {server.log_path}", flush=True)
+        if args.exit_after_setup:
             return
-        click.echo("Serving until Ctrl-C.")
-        server.wait()
+        print("Serving until Ctrl-C.", flush=True)
+        assert server.process is not None
+        server.process.wait()
     except requests.RequestException as exc:
-        raise click.ClickException(
-            f"the aggregator stopped answering ({exc}); its log: {log_path}"
+        raise DemoError(
+            f"the aggregator stopped answering ({exc}); its log: {server.log_path}"
         ) from exc
     except KeyboardInterrupt:
-        pass
+        # Ctrl-C reached the server's processes too: they stop on their own, quietly.
+        print("\nStopping the aggregator.", flush=True)
     finally:
-        if server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+        server.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    try:
+        run(args)
+    except DemoError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
