@@ -45,6 +45,8 @@ MECHANISM_NAMES = {
 METHOD_NAMES = {
     method: name[:1].upper() + name[1:] for method, name in decision.METHOD_NAMES.items()
 }
+# Shares closer to zero than this many percent are written as below it (share_text).
+SMALLEST_SHOWN_PERCENT = 0.0001
 # Methods computed in one step, without iterations.
 CLOSED_FORM_METHODS = frozenset({decision.PROJECTION, decision.CLIP, decision.INVERSION})
 # Beside the chart the interval method is cut to its first clause when longer than this; the
@@ -131,6 +133,38 @@ def report_series(store: CampaignStore, campaign_id: str) -> dict[str, Any]:
     return {"bucket_s": 3600, "bucket_name": "hour", "points": points}
 
 
+def share_text(share: float | None, *, trim: bool = False) -> str:
+    """A share as the dashboards write it, everywhere: a percent with three significant
+    digits (``55.0%``, ``1.50%``, ``0.0700%``), whole percents from 100% up (``275%``),
+    ``0%`` for zero and ``<0.0001%`` (``>-0.0001%``) for a share closer to zero than that.
+    Never exponent notation, never ``0.00%`` for a share that is not zero. ``trim`` drops
+    trailing zeros (axis ticks). ``static/campaign.js``'s ``formatShare`` is the same rule.
+    """
+    if share is None or not math.isfinite(share):
+        return "–"
+    if share == 0:
+        return "0%"
+    value = abs(100 * share)
+    if value < SMALLEST_SHOWN_PERCENT:
+        return ("<" if share > 0 else ">-") + f"{SMALLEST_SHOWN_PERCENT:f}".rstrip("0") + "%"
+    if value >= 100:
+        digits = f"{round(value)}"
+    else:
+        digits = f"{value:#.3g}".rstrip(".")
+        if trim and "." in digits:
+            digits = digits.rstrip("0").rstrip(".")
+    return ("-" if share < 0 else "") + digits + "%"
+
+
+def decimal_text(value: float) -> str:
+    """A positive number with three significant digits in decimal notation, never exponent
+    notation (``0.00000936``, ``0.025``, ``12.3``): the squared errors the page gives."""
+    if not (math.isfinite(value) and value > 0):
+        return f"{value:g}"
+    decimals = max(0, 2 - math.floor(math.log10(value)))
+    return f"{value:.{decimals}f}"
+
+
 @functools.lru_cache(maxsize=256)
 def _error_at_one_report(spec: CampaignSpec) -> dict[str, Any] | None:
     """The advisor's expected error at n = 1; the squared error scales as 1 / n."""
@@ -163,8 +197,8 @@ def expected_error_at(campaign: Campaign) -> dict[str, Any]:
     mse = unit["expected_mse"] / n
     size = campaign.mechanism.n_inputs
     return {
-        "text": f"squared error {mse:.3g} summed over the {size:,} values (about "
-        f"±{math.sqrt(mse / size):.2g} on each value's share) at {n:,} reports",
+        "text": f"squared error {decimal_text(mse)} summed over the {size:,} values (about "
+        f"±{share_text(math.sqrt(mse / size))} on each value's share) at {n:,} reports",
         "expected_mse": mse,
         "basis": unit["basis"],
     }

@@ -280,6 +280,35 @@ def test_a_planar_page_gives_the_displacement_proxy(signed_in, planar_campaign):
     assert f"each report moved {metres:,.0f} m on average (proxy" in page
 
 
+@pytest.mark.parametrize(
+    ("share", "text"),
+    [
+        (0.55, "55.0%"),
+        (0.015, "1.50%"),
+        (0.0007, "0.0700%"),
+        (6e-05, "0.00600%"),
+        (4e-07, "<0.0001%"),
+        (-4e-07, ">-0.0001%"),
+        (0.0, "0%"),
+        (-0.58, "-58.0%"),
+        (2.75, "275%"),
+        (12.5, "1250%"),
+        (0.99996, "100%"),
+        (None, "–"),
+    ],
+)
+def test_shares_are_written_one_way(share, text):
+    """Percent with three significant digits: no exponent, no 0.00% for a share that is not
+    zero (before, the page mixed "0.070%", "0.00%" and "6e-05")."""
+    assert data.share_text(share) == text
+
+
+def test_squared_errors_are_written_without_exponents():
+    assert data.decimal_text(9.36e-06) == "0.00000936"
+    assert data.decimal_text(0.025) == "0.0250"
+    assert data.decimal_text(12.34) == "12.3"
+
+
 def test_an_exponential_grid_page_gives_the_lattice_displacement_proxy(signed_in, admin):
     assert signed_in.post("/api/v1/campaigns", json=GRID_SPEC, headers=admin).status_code == 201
     page = signed_in.get(f"/dashboard/campaigns/{GRID_SPEC['id']}").get_data(as_text=True)

@@ -9,7 +9,9 @@ logged no console error, and leaves a screenshot in ``artifacts/screenshots/``.
 from __future__ import annotations
 
 import csv
+import itertools
 import random
+import re
 import uuid
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import pytest
 import requests
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from aggregator.dashboard.data import estimate_details
+from aggregator.dashboard.data import decimal_text, estimate_details, share_text
 from aggregator.estimation.advice import oracle_mse
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
@@ -47,7 +49,20 @@ SUFFIX = uuid.uuid4().hex[:8]
 # Methods computed in one step: the page says "closed form" for their iterations.
 CLOSED_FORM = ("projection", "clip", "inversion")
 # Reports seeded per campaign (before any test posts more).
-SEEDED = {"fruit": 1500, "words": 1500, "where": 800, "live": 40}
+SEEDED = {"fruit": 1500, "words": 1500, "where": 800, "live": 40, "tiny": 20000}
+# The true shares of the "tiny" campaign: four of them are under 2% (the newcomer's case).
+TINY_SHARES = {
+    "walk": 0.55,
+    "bike": 0.25,
+    "bus": 0.12,
+    "train": 0.05,
+    "car": 0.015,
+    "scooter": 0.008,
+    "ferry": 0.005,
+    "skate": 0.002,
+}
+# Two markers this many pixels apart are told apart at a glance.
+DISTINCT_PX = 10
 
 
 class Seeder:
@@ -149,7 +164,25 @@ def campaigns(seeder: Seeder) -> dict[str, dict]:
         }
     )
     seeder.post(live, rng.choices(["no", "yes"], k=40), seed=4)
-    return {"fruit": fruit, "words": words, "where": where, "live": live}
+    tiny = seeder.create(
+        {
+            "id": f"dash-tiny-{SUFFIX}",
+            "title": "Commute, some modes rare (browser test)",
+            "mechanism": "krr",
+            "epsilon": 5.0,
+            "domain": list(TINY_SHARES),
+        }
+    )
+    seeder.post(
+        tiny,
+        [
+            label
+            for label, share in TINY_SHARES.items()
+            for _ in range(round(share * SEEDED["tiny"]))
+        ],
+        seed=9,
+    )
+    return {"fruit": fruit, "words": words, "where": where, "live": live, "tiny": tiny}
 
 
 @pytest.fixture(scope="module")
@@ -410,6 +443,9 @@ def test_switching_the_method_changes_the_chart(tab, seeder, campaigns):
 def test_large_domain_top_n_and_sorting(tab, seeder, campaigns):
     words = campaigns["words"]
     tab.open_campaign(words["id"])
+    # Bars, which this test counts: all 60 shares span more than the automatic scale draws
+    # as bars.
+    tab.page.select_option("#scale", "linear")
     api = seeder.get(f"/campaigns/{words['id']}/estimate")
     ranked = sorted(api["estimates"], key=lambda row: -row["frequency"])
     trace = chart_trace(tab.page, "estimate-chart")
@@ -591,7 +627,7 @@ def test_a_report_posted_while_the_page_is_open_shows_up(tab, seeder, campaigns)
     # The advisor's expected error follows the count: rr's closed form at the new n.
     expected = oracle_mse("rr", 2, live["epsilon"], start + 5)
     shown = tab.page.inner_text("#expected-error")
-    assert shown.startswith(f"squared error {expected:.3g} summed over the 2 values"), shown
+    assert shown.startswith(f"squared error {decimal_text(expected)} summed over the 2 values")
     assert shown.endswith(f"at {start + 5:,} reports")
     assert tab.page.inner_text("#estimate-n") == f"{start + 5:,}"
     api = seeder.get(f"/campaigns/{live['id']}/estimate")
@@ -749,6 +785,7 @@ def test_shares_below_one_percent_get_tick_labels_that_differ(tab, seeder):
 
     tab.page.route(f"**/data/campaigns/{flat['id']}/estimate?*", scaled)
     tab.open_campaign(flat["id"])
+    tab.page.select_option("#scale", "linear")  # the linear axis' ticks (the log's: below)
     tab.shot("small-shares")
     labels = y_tick_labels(tab.page)
     assert len(labels) >= 3
@@ -830,4 +867,132 @@ def test_an_olh_campaign_charts_its_top_values(tab, seeder):
     assert trace["x"] == [row["label"] for row in api["estimates"][:20]]
     assert "200,000" in tab.page.inner_text("main")
     assert tab.page.inner_text("#estimate-caption").startswith("Top 20 of 200,000 categories")
+    tab.assert_no_console_errors()
+
+
+def marker_centres(page: Page, trace: int = 0) -> list[float]:
+    """The vertical pixel centres of one scatter trace's markers (0: the estimate), in the
+    order plotly drew them."""
+    return page.evaluate(
+        """(index) => Array.from(document.querySelectorAll('#estimate-chart .scatterlayer .trace')
+                 [index].querySelectorAll('.point'), (point) => {
+                     const box = point.getBoundingClientRect();
+                     return box.top + box.height / 2;
+                 })""",
+        trace,
+    )
+
+
+def test_tiny_shares_are_drawn_on_a_log_axis_that_tells_them_apart(tab, seeder, campaigns):
+    """True shares of 1.5%, 0.8%, 0.5% and 0.2% beside 55%: as bars from 0 the four were a
+    few pixels tall; the page picks a log axis for them, says so, and their markers stand
+    apart. Linear bars stay a choice away."""
+    tiny = campaigns["tiny"]
+    tab.open_campaign(tiny["id"])
+    tab.page.locator("#estimate-section").screenshot(path=str(SCREENSHOTS / "tiny-shares-log.png"))
+    api = seeder.get(f"/campaigns/{tiny['id']}/estimate")
+    by_label = {row["label"]: row for row in api["estimates"]}
+    chart = tab.page.locator("#estimate-chart")
+    assert chart.get_attribute("data-scale") == "log"
+    assert "log scale" in tab.page.text_content("#estimate-chart .g-ytitle")
+    assert tab.page.inner_text("#scale-note").startswith("Logarithmic scale, chosen because")
+    assert tab.page.input_value("#scale") == "auto"
+    assert tab.page.inner_text('#scale option[value="auto"]') == "Automatic (logarithmic here)"
+    labels = y_tick_labels(tab.page)
+    assert len(labels) >= 4 and len(set(labels)) == len(labels), labels
+    trace = chart_trace(tab.page, "estimate-chart")
+    assert trace["type"] == "scatter"
+    assert trace["y"] == pytest.approx([by_label[label]["frequency"] for label in trace["x"]])
+    centres = dict(zip(trace["x"], marker_centres(tab.page), strict=True))
+    smallest = sorted(TINY_SHARES, key=lambda label: by_label[label]["frequency"])[:4]
+    assert set(smallest) == {"car", "scooter", "ferry", "skate"}
+    # Lower shares lower on the screen (larger y), each clearly apart from the next.
+    heights = [centres[label] for label in smallest]
+    gaps = [lower - higher for lower, higher in itertools.pairwise(heights)]
+    assert all(gap >= DISTINCT_PX for gap in gaps), dict(zip(smallest, heights, strict=True))
+
+    tab.page.select_option("#scale", "linear")
+    assert chart.get_attribute("data-scale") == "linear"
+    assert tab.page.inner_text("#scale-note").startswith("Linear scale")
+    bars = dict(
+        zip(chart_trace(tab.page, "estimate-chart")["x"], bar_heights(tab.page), strict=True)
+    )
+    # What the log axis is for: as bars, the four are slivers hardly told apart.
+    assert max(bars[label] for label in smallest) < DISTINCT_PX
+    tab.assert_no_console_errors()
+
+
+def tick_label_overlaps(page: Page, element_id: str) -> list[tuple[str, str]]:
+    """Pairs of the chart's axis tick labels whose drawn boxes overlap."""
+    boxes = page.evaluate(
+        """(id) => Array.from(document.querySelectorAll(`#${id} .xtick text, #${id} .ytick text`),
+              (text) => { const r = text.getBoundingClientRect();
+                          return [text.textContent, r.left, r.top, r.right, r.bottom]; })""",
+        element_id,
+    )
+    return [
+        (a[0], b[0])
+        for i, a in enumerate(boxes)
+        for b in boxes[i + 1 :]
+        if a[1] < b[3] and b[1] < a[3] and a[2] < b[4] and b[2] < a[4]
+    ]
+
+
+def test_the_time_axis_labels_never_overlap(tab_factory, signed_in_state, campaigns):
+    """The count axis' "0" was drawn over the first date label, in the corner both share."""
+    for viewport in (LAPTOP, PHONE):
+        tab = tab_factory(viewport, label=str(viewport["width"]), storage_state=signed_in_state)
+        tab.open_campaign(campaigns["fruit"]["id"])
+        tab.page.wait_for_selector("#series-chart .xtick text")
+        assert "0" in [text for text in y_tick_labels(tab.page, "series-chart")]
+        assert tick_label_overlaps(tab.page, "series-chart") == []
+        tab.assert_no_console_errors()
+
+
+EXPONENT = re.compile(r"\d[eE][-+]?\d")
+# A zero written with decimals ("0.00%"): what a share that is not zero must never read.
+ZERO_WITH_DECIMALS = re.compile(r"(?<![\d.])-?0\.0+%")
+
+
+def test_every_share_is_written_one_way(tab, seeder, campaigns):
+    """One format for every share shown (before: "0.070%", "0.00%" and "6e-05" side by side):
+    the table, the hovers, the map's hovers and colour bars, the expected error and the
+    captions, as the server writes shares too (data.share_text)."""
+    for key in ("tiny", "where"):
+        campaign = campaigns[key]
+        tab.open_campaign(campaign["id"])
+        api = seeder.get(f"/campaigns/{campaign['id']}/estimate")
+        text = tab.page.inner_text("main")
+        assert not EXPONENT.search(text), EXPONENT.findall(text)
+        assert not ZERO_WITH_DECIMALS.search(text), ZERO_WITH_DECIMALS.findall(text)
+        by_label = {row["label"]: row for row in api["estimates"]}
+        rows = tab.page.locator("#estimate-table tbody tr")
+        for index in range(rows.count()):
+            cells = rows.nth(index).locator("th, td").all_inner_texts()
+            row = by_label[cells[0].split(" ")[0]]
+            keys = ("frequency", "ci_low", "ci_high") + (
+                ("raw_frequency",) if key == "tiny" else ()
+            )
+            assert cells[1:] == [share_text(row[name]) for name in keys]
+        if key == "tiny":
+            hovers = tab.page.evaluate(
+                "() => Array.from(document.getElementById('estimate-chart').data[0].customdata)"
+            )
+            labels = chart_trace(tab.page, "estimate-chart")["x"]
+            for label, hover in zip(labels, hovers, strict=True):
+                row = by_label[label]
+                assert hover == [
+                    share_text(row[name]) for name in ("frequency", "ci_low", "ci_high")
+                ]
+        else:
+            heatmap = tab.page.evaluate(
+                """() => { const t = document.getElementById('heatmap-estimate').data[0];
+                           return {z: t.z.map((r) => Array.from(r)),
+                                   text: t.text.map((r) => Array.from(r)),
+                                   ticks: Array.from(t.colorbar.ticktext)}; }"""
+            )
+            for z_row, text_row in zip(heatmap["z"], heatmap["text"], strict=True):
+                assert text_row == [share_text(z) for z in z_row]
+            shown = [t for row in heatmap["text"] for t in row] + heatmap["ticks"]
+            assert all(t.endswith("%") and not EXPONENT.search(t) for t in shown)
     tab.assert_no_console_errors()

@@ -15,15 +15,27 @@
   var ordinal = cfg.mechanism === "geometric";
   var ORDINAL_TABLE_ROWS = 20;
   var refreshMs = Math.max(1, Number(cfg.refreshS) || 5) * 1000;
+  // How far below the time axis its date labels start, in pixels (renderSeries).
+  var SERIES_DATE_STANDOFF_PX = 12;
   var plotConfig = { responsive: true, displaylogo: false, displayModeBar: false };
   var font = { family: "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", size: 13 };
   var colorscale = "Viridis";
   // The share of the noisy reports per category, shown beside the estimate as a reference.
   var RAW_NAME = "raw report shares (reference)";
 
+  // Shares that span more than this factor (1.5 orders of magnitude) are drawn on a log axis
+  // when the scale is automatic: on a linear axis the smallest would be a few pixels tall.
+  var LOG_SPAN = Math.pow(10, 1.5);
+  // A log axis shows at most this many decades below the largest share; smaller shares and
+  // zeros are drawn at its floor.
+  var LOG_DECADES = 4;
+  // Shares closer to zero than this many percent are written as below it (formatShare).
+  var SMALLEST_SHOWN_PERCENT = 0.0001;
+
   var methodSelect = document.getElementById("method");
   var sortSelect = document.getElementById("sort");
   var topSelect = document.getElementById("top");
+  var scaleSelect = document.getElementById("scale");
   var statusLine = document.getElementById("refresh-status");
 
   var state = {
@@ -74,29 +86,77 @@
     return (100 * x).toFixed(digits === undefined ? 1 : digits) + "%";
   }
 
-  /* A share for the table: two decimals of a percent, more for shares under 0.1%. */
-  function sharePercent(x) {
-    return percent(x, x !== 0 && Math.abs(x) < 0.001 ? 3 : 2);
+  /* Every share the page shows (table, hover, axis ticks, colour bars, captions): a percent
+   * with three significant digits ("55.0%", "1.50%", "0.0700%"), whole percents from 100% up
+   * ("275%"), "0%" for zero and "<0.0001%" (">-0.0001%") for a share closer to zero than
+   * that; never exponent notation, never "0.00%" for a share that is not zero. ``trim``
+   * drops trailing zeros (axis ticks). The server writes shares by the same rule
+   * (aggregator/dashboard/data.py, share_text). */
+  function formatShare(x, trim) {
+    if (typeof x !== "number" || !isFinite(x)) {
+      return "–";
+    }
+    if (x === 0) {
+      return "0%";
+    }
+    var value = Math.abs(100 * x);
+    if (value < SMALLEST_SHOWN_PERCENT) {
+      return (x > 0 ? "<" : ">-") + SMALLEST_SHOWN_PERCENT + "%";
+    }
+    var digits = value >= 100 ? String(Math.round(value)) : value.toPrecision(3);
+    if (trim && digits.indexOf(".") >= 0) {
+      digits = digits.replace(/0+$/, "").replace(/\.$/, "");
+    }
+    return (x < 0 ? "-" : "") + digits + "%";
   }
 
-  /* A share axis whose ticks always differ: a round step (1, 2, 2.5 or 5 times a power
-   * of ten) giving about five ticks up to ``top``, and as many decimals as the step
-   * needs (0.25%, 0.1%, 20%). With nothing to show (``top`` is 0 or missing) the axis
-   * runs from 0 to 1%. */
-  function shareTicks(top) {
+  /* A linear share axis from ``low`` (0 or below) to ``top``: a round step (1, 2, 2.5 or 5
+   * times a power of ten) giving about five ticks, labelled by formatShare, so ticks always
+   * differ (0.25%, 0.1%, 20%). With nothing to show the axis runs from 0 to 1%. */
+  function linearShareAxis(low, top) {
+    low = Math.min(0, isFinite(low) ? low : 0);
     if (!(top > 0) || !isFinite(top)) {
-      return { dtick: 0.002, tickformat: ".1%", range: [0, 0.01] };
+      top = 0.01;
     }
-    var rough = top / 5;
+    var rough = (top - low) / 5;
     var power = Math.pow(10, Math.floor(Math.log10(rough)));
     var step = [1, 2, 2.5, 5, 10].map(function (m) { return m * power; })
       .filter(function (candidate) { return candidate >= rough * 0.999; })[0];
-    var decimals = 0;
-    while (decimals < 6 && Math.abs(Math.round(step * 100 * Math.pow(10, decimals)) -
-      step * 100 * Math.pow(10, decimals)) > 1e-6) {
-      decimals += 1;
+    var high = top * 1.05;
+    var bottom = low < 0 ? low - 0.05 * (top - low) : 0;
+    var values = [];
+    for (var i = Math.ceil(bottom / step - 1e-9); i * step <= high + 1e-12; i += 1) {
+      values.push(Number((i * step).toPrecision(12)));
     }
-    return { dtick: step, tick0: 0, tickformat: "." + decimals + "%" };
+    return {
+      type: "linear",
+      range: [bottom, high],
+      tickvals: values,
+      ticktext: values.map(function (v) { return formatShare(v, true); }),
+    };
+  }
+
+  /* A log share axis from ``floor`` to ``top``, ticked at 1, 2 and 5 times each power of
+   * ten over up to 2.5 decades, at 1 and 3 times over up to 4.5, at the powers of ten
+   * beyond: about ten ticks at most. */
+  function logShareAxis(floor, top) {
+    var values = [];
+    var decades = Math.log10(top / floor);
+    var steps = decades <= 2.5 ? [1, 2, 5] : decades <= 4.5 ? [1, 3] : [1];
+    for (var e = Math.floor(Math.log10(floor)); e <= Math.ceil(Math.log10(top)); e += 1) {
+      steps.forEach(function (m) {
+        var v = Number((m * Math.pow(10, e)).toPrecision(12));
+        if (v >= floor && v <= top) {
+          values.push(v);
+        }
+      });
+    }
+    return {
+      type: "log",
+      range: [Math.log10(floor), Math.log10(top)],
+      tickvals: values,
+      ticktext: values.map(function (v) { return formatShare(v, true); }),
+    };
   }
 
   function formatTime(iso) {
@@ -155,6 +215,9 @@
         type: "date",
         range: [stamp(Math.min(first, end - 6 * bucket)), stamp(end)],
         tickformat: "%H:%M\n%b %d",
+        // The first date label sits under the corner, where the count axis writes its 0:
+        // set below the axis by more than half a line, the two never meet.
+        ticklabelstandoff: SERIES_DATE_STANDOFF_PX,
       }),
       yaxis: axis("reports per " + series.bucket_name, { rangemode: "tozero", tickformat: ",d" }),
       showlegend: false,
@@ -211,62 +274,174 @@
     return rows.length > 0 && rows.every(function (r) { return typeof r.raw_frequency === "number"; });
   }
 
-  /* The estimate as bars with their intervals, drawn from the interval's own bounds (an
-   * interval that does not contain its estimate is drawn where it is, not clipped to
-   * the bar), and the raw report share beside each bar (a reference) when the API gives it. */
+  /* The scale the categories are drawn on: the Scale menu's choice, or when that is automatic,
+   * log when the positive estimates shown span more than LOG_SPAN (the smallest would be a
+   * few pixels tall as bars from 0), linear otherwise. */
+  function chooseScale(rows) {
+    var positive = rows.map(function (r) { return r.frequency; })
+      .filter(function (f) { return f > 0; });
+    var largest = positive.length ? Math.max.apply(null, positive) : 0;
+    var smallest = positive.length ? Math.min.apply(null, positive) : 0;
+    var span = positive.length > 1 ? largest / smallest : 1;
+    var choice = scaleSelect ? scaleSelect.value : "auto";
+    return {
+      scale: choice === "auto" ? (span > LOG_SPAN ? "log" : "linear") : choice,
+      auto: choice === "auto",
+      span: span,
+      largest: largest,
+      smallest: smallest,
+    };
+  }
+
+  /* Says which scale the chart is on, above it and in the Scale menu's automatic choice. */
+  function describeScale(choice, level, floor, belowFloor) {
+    var chart = document.getElementById("estimate-chart");
+    chart.dataset.scale = choice.scale;
+    var note;
+    if (choice.scale === "log") {
+      chart.setAttribute("aria-label", "Dot plot of the estimated share of each category on a " +
+        "logarithmic axis, with confidence intervals");
+      note = "Logarithmic scale" + (choice.auto
+        ? ", chosen because the estimates shown span " +
+          Math.round(choice.span).toLocaleString("en") + "-fold (" +
+          formatShare(choice.largest) + " to " + formatShare(choice.smallest) +
+          "): as bars from 0 the smallest would be a few pixels tall"
+        : "") +
+        ". Each step up the axis multiplies the share; dots are the estimates, whiskers their " +
+        level + " intervals, and an interval that reaches 0 runs off the bottom" +
+        (belowFloor
+          ? "; ▼ marks an estimate of 0 or below (or under " + formatShare(floor, true) +
+            "), drawn at the foot of the axis: the table gives its value"
+          : "") + ".";
+    } else {
+      chart.setAttribute("aria-label",
+        "Bar chart of the estimated share of each category with confidence intervals");
+      note = "Linear scale: bar heights are proportional to the shares" +
+        (choice.auto && choice.span > 1
+          ? " (the estimates shown span " + Math.round(choice.span).toLocaleString("en") +
+            "-fold)"
+          : "") +
+        "; whiskers are the " + level + " intervals.";
+    }
+    setText("scale-note", note);
+    if (scaleSelect) {
+      scaleSelect.querySelector('option[value="auto"]').textContent =
+        "Automatic (" + (choice.scale === "log" ? "logarithmic" : "linear") + " here)";
+    }
+  }
+
+  /* The hover text of an estimate: the same numbers as the table, in the same format. */
+  function estimateHover(rows, level) {
+    return {
+      customdata: rows.map(function (r) {
+        return [formatShare(r.frequency), formatShare(r.ci_low), formatShare(r.ci_high)];
+      }),
+      hovertemplate: "<b>%{x}</b><br>estimate %{customdata[0]}<br>" + level +
+        " interval %{customdata[1]} to %{customdata[2]}<extra></extra>",
+    };
+  }
+
+  function rawHover(rows) {
+    return {
+      customdata: rows.map(function (r) { return formatShare(r.raw_frequency); }),
+      hovertemplate: "<b>%{x}</b><br>raw report share %{customdata}<extra></extra>",
+    };
+  }
+
+  /* The estimate of each category shown with its interval, drawn from the interval's own
+   * bounds (an interval that does not contain its estimate is drawn where it is, never
+   * clipped to the estimate), and the raw report share beside it (a reference) when the API
+   * gives it: bars on a linear axis, or dots on a log axis (chooseScale). */
   function renderBars(estimate) {
     var rows = shownRows(estimate.estimates);
     var level = percent(estimate.confidence, 0);
     var labels = rows.map(function (r) { return escapeLabel(r.label); });
     var raw = hasRaw(rows);
-    var trace = {
-      type: "bar",
-      name: "estimate, " + level + " interval",
-      x: labels,
-      y: rows.map(function (r) { return r.frequency; }),
-      customdata: rows.map(function (r) { return [r.ci_low, r.ci_high]; }),
-      marker: { color: "#2f6fb3" },
-      error_y: {
-        type: "data",
-        symmetric: false,
-        // Signed on purpose: plotly draws the whisker from y - arrayminus to y + array,
-        // which are exactly ci_low and ci_high whatever side of the estimate they lie.
-        array: rows.map(function (r) { return r.ci_high - r.frequency; }),
-        arrayminus: rows.map(function (r) { return r.frequency - r.ci_low; }),
-        color: "#1b2b3a",
-        thickness: 1.5,
-        width: 4,
-      },
-      hovertemplate:
-        "<b>%{x}</b><br>estimate %{y:.2%}<br>" + level +
-        " interval %{customdata[0]:.2%} to %{customdata[1]:.2%}<extra></extra>",
-    };
-    var traces = [trace];
-    if (raw) {
-      traces.push({
-        type: "bar",
-        name: RAW_NAME,
-        x: labels,
-        y: rows.map(function (r) { return r.raw_frequency; }),
-        marker: { color: "#c5cbd3" },
-        hovertemplate: "<b>%{x}</b><br>raw report share %{y:.2%}<extra></extra>",
-      });
-    }
+    var choice = chooseScale(rows);
+    var log = choice.scale === "log";
     var top = rows.reduce(function (m, r) {
       return Math.max(m, r.frequency, r.ci_high, raw ? r.raw_frequency : 0);
     }, 0);
+    var low = rows.reduce(function (m, r) { return Math.min(m, r.frequency, r.ci_low); }, 0);
+    // The log axis' floor, where estimates of 0 or below are drawn: under the smallest
+    // positive value drawn, at most LOG_DECADES decades under the largest.
+    var positives = [];
+    rows.forEach(function (r) {
+      [r.frequency, r.ci_low, r.ci_high, raw ? r.raw_frequency : 0].forEach(function (v) {
+        if (v > 0) {
+          positives.push(v);
+        }
+      });
+    });
+    var floor = Math.max(
+      top / Math.pow(10, LOG_DECADES),
+      positives.length ? Math.min.apply(null, positives) / 1.5 : top / 100
+    );
+    if (log && !(floor > 0 && isFinite(floor))) {
+      // Nothing above 0 to draw (a log scale asked for by hand): bars from 0 instead.
+      choice.scale = "linear";
+      log = false;
+    }
+    function drawn(v) {
+      return log && !(v > floor) ? floor : v;
+    }
+    var belowFloor = log && rows.some(function (r) { return !(r.frequency > floor); });
+    var ys = rows.map(function (r) { return drawn(r.frequency); });
+    var whiskers = {
+      type: "data",
+      symmetric: false,
+      // Signed on purpose: plotly draws the whisker from y - arrayminus to y + array,
+      // which are exactly ci_low and ci_high whatever side of the estimate they lie.
+      array: rows.map(function (r, i) { return r.ci_high - ys[i]; }),
+      arrayminus: rows.map(function (r, i) { return ys[i] - r.ci_low; }),
+      color: "#1b2b3a",
+      thickness: 1.5,
+      width: log ? 6 : 4,
+    };
+    var trace = Object.assign({
+      name: "estimate, " + level + " interval",
+      x: labels,
+      y: ys,
+      error_y: whiskers,
+    }, estimateHover(rows, level), log
+      ? {
+        type: "scatter",
+        mode: "markers",
+        marker: {
+          color: "#2f6fb3",
+          size: 10,
+          symbol: rows.map(function (r) { return r.frequency > floor ? "circle" : "triangle-down"; }),
+        },
+      }
+      : { type: "bar", marker: { color: "#2f6fb3" } });
+    var traces = [trace];
+    if (raw) {
+      traces.push(Object.assign({
+        name: RAW_NAME,
+        x: labels,
+        y: rows.map(function (r) { return drawn(r.raw_frequency); }),
+      }, rawHover(rows), log
+        ? { type: "scatter", mode: "markers", marker: { color: "#9aa3ad", size: 8, symbol: "diamond" } }
+        : { type: "bar", marker: { color: "#c5cbd3" } }));
+    }
+    // Room under the floor for its markers to show whole.
+    var yaxis = log ? logShareAxis(floor / 1.4, top * 1.5) : linearShareAxis(low, top);
     var layout = baseLayout({
       xaxis: axis("category", { type: "category", tickangle: labelAngle(rows) }),
-      yaxis: axis("share of reporters", Object.assign({ zeroline: true }, shareTicks(top))),
+      yaxis: axis(log ? "share of reporters (log scale)" : "share of reporters",
+        Object.assign({ zeroline: !log }, yaxis)),
       showlegend: raw,
       legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" },
       barmode: "group",
       bargap: 0.25,
       bargroupgap: 0.05,
+      scattermode: "group",
+      scattergap: 0.4,
     });
     if (raw) {
       layout.margin = Object.assign({}, layout.margin, { t: 40 });
     }
+    describeScale(choice, level, floor, belowFloor);
     Plotly.react("estimate-chart", traces, layout, plotConfig);
     renderTable(rows.map(function (r) { return [r.label, r]; }),
       (rows.length < (estimate.domain_size || estimate.estimates.length)
@@ -299,29 +474,27 @@
         fill: "tonexty", fillcolor: "rgba(47, 111, 179, 0.2)", line: { width: 0 },
         hoverinfo: "skip",
       },
-      {
+      Object.assign({
         type: "scatter", mode: rows.length <= 60 ? "lines+markers" : "lines", name: "estimate",
         x: x, y: rows.map(function (r) { return r.frequency; }),
-        customdata: rows.map(function (r) { return [r.ci_low, r.ci_high]; }),
         line: { color: "#2f6fb3", width: 2 },
-        hovertemplate: "<b>%{x}</b><br>estimate %{y:.2%}<br>" + level +
-          " interval %{customdata[0]:.2%} to %{customdata[1]:.2%}<extra></extra>",
-      },
+      }, estimateHover(rows, level)),
     ];
     if (raw) {
-      traces.push({
+      traces.push(Object.assign({
         type: "scatter", mode: "lines", name: RAW_NAME, x: x,
         y: rows.map(function (r) { return r.raw_frequency; }),
         line: { color: "#9aa3ad", width: 1 },
-        hovertemplate: "<b>%{x}</b><br>raw report share %{y:.2%}<extra></extra>",
-      });
+      }, rawHover(rows)));
     }
     var top = rows.reduce(function (m, r) {
       return Math.max(m, r.frequency, r.ci_high, raw ? r.raw_frequency : 0);
     }, 0);
+    var low = rows.reduce(function (m, r) { return Math.min(m, r.frequency, r.ci_low); }, 0);
     var layout = baseLayout({
       xaxis: axis("value", { type: "linear" }),
-      yaxis: axis("share of reporters", Object.assign({ zeroline: true }, shareTicks(top))),
+      yaxis: axis("share of reporters",
+        Object.assign({ zeroline: true }, linearShareAxis(low, top))),
       showlegend: true,
       legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" },
     });
@@ -340,10 +513,11 @@
   /* -- estimate: locations -------------------------------------------------------------- */
 
   function colorbar(zmax) {
-    var ticks = shareTicks(zmax);
+    var ticks = linearShareAxis(0, zmax);
     return {
-      title: { text: "share" }, thickness: 14, dtick: ticks.dtick, tick0: 0,
-      tickformat: ticks.tickformat,
+      title: { text: "share" }, thickness: 14, tickmode: "array",
+      tickvals: ticks.tickvals.filter(function (v) { return v <= zmax; }),
+      ticktext: ticks.ticktext.filter(function (_, i) { return ticks.tickvals[i] <= zmax; }),
     };
   }
 
@@ -361,8 +535,8 @@
         zmax: zmax,
         colorscale: colorscale,
         colorbar: colorbar(zmax),
-        hovertemplate:
-          "lat %{y:.5f}°, lon %{x:.5f}°<br>" + label + " %{z:.2%}<extra></extra>",
+        text: z.map(function (line) { return line.map(function (v) { return formatShare(v); }); }),
+        hovertemplate: "lat %{y:.5f}°, lon %{x:.5f}°<br>" + label + " %{text}<extra></extra>",
       };
     }
     function layout() {
@@ -412,7 +586,7 @@
       values.forEach(function (value) {
         var td = document.createElement("td");
         td.className = "num";
-        td.textContent = typeof value === "number" ? sharePercent(value) : "–";
+        td.textContent = formatShare(value);
         tr.appendChild(td);
       });
       fragment.appendChild(tr);
@@ -601,7 +775,7 @@
     updateDownloads();
     refreshEstimate().catch(fail);
   });
-  [sortSelect, topSelect].forEach(function (select) {
+  [sortSelect, topSelect, scaleSelect].forEach(function (select) {
     if (select) {
       select.addEventListener("change", function () {
         if (state.estimate && state.estimate.n > 0) {
