@@ -922,6 +922,71 @@ def test_tiny_shares_are_drawn_on_a_log_axis_that_tells_them_apart(tab, seeder, 
     tab.assert_no_console_errors()
 
 
+def test_the_values_table_fits_a_phone_with_its_caption_in_view(
+    tab_factory, signed_in_state, campaigns
+):
+    """At 390 px the table was cut at "Interval high" and its caption scrolled away: every
+    column must be in view or within reach of the table's own sideways scroll, with the page
+    itself not scrolling sideways and the caption in view throughout."""
+    tab = tab_factory(PHONE, storage_state=signed_in_state)
+    page = tab.page
+    for key in ("tiny", "where"):
+        tab.open_campaign(campaigns[key]["id"])
+        page.locator("#estimate-caption").scroll_into_view_if_needed()
+        if key == "tiny":
+            page.locator("#estimate-caption").screenshot(
+                path=str(SCREENSHOTS / "phone-caption.png")
+            )
+            tab.page.screenshot(
+                path=str(SCREENSHOTS / "phone-table.png"),
+                full_page=True,
+                clip=page.evaluate(
+                    """() => { const top = document.getElementById('estimate-caption')
+                                   .getBoundingClientRect().top + window.scrollY - 8;
+                               const end = document.querySelector('.table-wrap')
+                                   .getBoundingClientRect().bottom + window.scrollY + 8;
+                               return {x: 0, y: top, width: window.innerWidth,
+                                       height: end - top}; }"""
+                ),
+            )
+        assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 0
+        geometry = """() => {
+            const wrap = document.querySelector('.table-wrap');
+            const box = (element) => {
+                const r = element.getBoundingClientRect();
+                return {left: r.left, right: r.right, width: r.width};
+            };
+            return {
+                wrap: box(wrap),
+                scrolls: ['auto', 'scroll'].includes(getComputedStyle(wrap).overflowX),
+                fits: wrap.scrollWidth <= wrap.clientWidth,
+                heads: Array.from(document.querySelectorAll('#estimate-table thead th'), box),
+                caption: box(document.getElementById('estimate-caption')),
+                viewport: window.innerWidth,
+            };
+        }"""
+        before = page.evaluate(geometry)
+        assert before["fits"] or before["scrolls"], before
+        assert before["wrap"]["left"] >= 0 and before["wrap"]["right"] <= before["viewport"]
+        page.evaluate(
+            "() => { const w = document.querySelector('.table-wrap');"
+            " w.scrollLeft = w.scrollWidth; }"
+        )
+        after = page.evaluate(geometry)
+        for state in (before, after):
+            caption = state["caption"]
+            assert caption["width"] > 0 and caption["left"] >= 0, state
+            assert caption["right"] <= state["viewport"], state
+        # Scrolled to its end, the last column is whole within the table's box, and the
+        # label column (which stays put) too.
+        for head in (after["heads"][0], after["heads"][-1]):
+            assert after["wrap"]["left"] - 0.5 <= head["left"], after
+            assert head["right"] <= after["wrap"]["right"] + 0.5, after
+        assert page.is_visible("#estimate-caption")
+        assert page.inner_text("#estimate-caption")
+    tab.assert_no_console_errors()
+
+
 def tick_label_overlaps(page: Page, element_id: str) -> list[tuple[str, str]]:
     """Pairs of the chart's axis tick labels whose drawn boxes overlap."""
     boxes = page.evaluate(
