@@ -18,9 +18,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aggregator.estimation import decision
-from aggregator.estimation.advice import expected_error
+from aggregator.estimation.advice import expected_error, oracle_mse
 from aggregator.storage.store import Campaign, CampaignStore
 from shared.spec import (
+    CELL_MECHANISMS,
     EXPONENTIAL_GRID,
     GEOMETRIC,
     GRID_MECHANISMS,
@@ -167,8 +168,16 @@ def decimal_text(value: float) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _error_at_one_report(spec: CampaignSpec) -> dict[str, Any] | None:
-    """The advisor's expected error at n = 1; the squared error scales as 1 / n."""
-    return expected_error(spec, 1)
+    """The advisor's expected error at n = 1; the squared error scales as 1 / n.
+
+    A categorical oracle over a region's cells has the oracle's closed form over as many
+    values as the grid has cells (the advisor reads the size of a domain of labels only).
+    """
+    unit = expected_error(spec, 1)
+    if unit is None and spec.grid is not None and spec.mechanism in CELL_MECHANISMS:
+        mse = oracle_mse(spec.mechanism, spec.grid.n_cells, spec.epsilon, 1)
+        return {"expected_mse": mse, "basis": "closed form, over the region's cells"}
+    return unit
 
 
 def expected_error_at(campaign: Campaign) -> dict[str, Any]:
@@ -176,8 +185,11 @@ def expected_error_at(campaign: Campaign) -> dict[str, Any]:
 
     ``text`` says it for the page: the expected squared error of the frequency
     estimate summed over the domain (the advisor's closed form, cached per spec
-    and divided by n), with its square root per value; for a region, the
-    closed-form proxy, the mean distance a report is moved.
+    and divided by n), with its square root per value. A map (planar Laplace, the
+    exponential mechanism on a grid) has no closed form for its estimate's error: the
+    text gives the two parts that have one, the blur (the mean distance a report is
+    moved, the advisor's proxy, whatever n) and the report noise, whose squared error
+    summed over the cells of the report map is at most 1 / n.
     """
     n = campaign.n_reports
     unit = _error_at_one_report(campaign.spec)
@@ -185,12 +197,23 @@ def expected_error_at(campaign: Campaign) -> dict[str, Any]:
         return {"text": "–", "expected_mse": None, "basis": None}
     if "mean_displacement_m" in unit:
         metres = unit["mean_displacement_m"]
-        return {
-            "text": f"each report moved {metres:,.0f} m on average (proxy; "
-            "ldp-simulate advise --region simulates the estimate's error)",
+        blur = f"each report moved {metres:,.0f} m on average (proxy, whatever n)"
+        body: dict[str, Any] = {
             "expected_mse": None,
             "mean_displacement_m": metres,
-            "basis": unit["basis"],
+            "basis": f"{unit['basis']}; the report map's sampling error: at most 1 / n",
+        }
+        if n < 1:
+            return {**body, "text": f"{blur} (no reports yet)", "report_noise_mse": None}
+        cells = campaign.spec.grid.n_cells
+        bound = 1.0 / n
+        return {
+            **body,
+            "text": f"{blur}; at {n:,} reports the report map's sampling error is at most "
+            f"{decimal_text(bound)} squared, summed over the {cells:,} cells (about "
+            f"±{share_text(math.sqrt(bound / cells))} per cell); ldp-simulate advise --region "
+            "simulates the estimate's error",
+            "report_noise_mse": bound,
         }
     if n < 1:
         return {"text": "– (no reports yet)", "expected_mse": None, "basis": unit["basis"]}

@@ -10,6 +10,7 @@ import random
 import re
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from aggregator_testdata import (
@@ -278,6 +279,34 @@ def test_a_planar_page_gives_the_displacement_proxy(signed_in, planar_campaign):
     page = signed_in.get(f"/dashboard/campaigns/{PLANAR_SPEC['id']}").get_data(as_text=True)
     metres = 2 / PLANAR_SPEC["epsilon"]
     assert f"each report moved {metres:,.0f} m on average (proxy" in page
+
+
+def test_a_maps_expected_error_follows_the_number_of_reports(signed_in, planar_campaign):
+    # Before, a map's line was the displacement proxy alone: the same at 40 and 3,000 reports.
+    spec = CampaignSpec.from_dict(PLANAR_SPEC)
+    cells = spec.grid.n_cells
+    texts = {}
+    for n in (40, 3000):
+        body = data.expected_error_at(SimpleNamespace(spec=spec, n_reports=n, mechanism=None))
+        assert body["report_noise_mse"] == pytest.approx(1 / n)
+        assert body["mean_displacement_m"] == pytest.approx(2 / PLANAR_SPEC["epsilon"])
+        texts[n] = body["text"]
+        assert f"at {n:,} reports the report map's sampling error is at most" in body["text"]
+        assert f"±{data.share_text((1 / n / cells) ** 0.5)} per cell" in body["text"]
+    assert texts[40] != texts[3000]
+    post_reports(signed_in, PLANAR_SPEC, [{"lat": 37.775, "lon": -122.415}] * 40, seed=3)
+    summary = signed_in.get("/dashboard/data/campaigns/where/summary").get_json()
+    assert summary["expected_error"]["text"] == texts[40]
+
+
+def test_a_categorical_oracle_over_cells_gets_its_closed_form_over_the_cells():
+    spec = CampaignSpec.from_dict({**PLANAR_SPEC, "mechanism": "krr", "epsilon": 2.0})
+    body = data.expected_error_at(
+        SimpleNamespace(spec=spec, n_reports=500, mechanism=Mechanism.from_spec(spec))
+    )
+    expected = oracle_mse("krr", spec.grid.n_cells, 2.0, 500)
+    assert body["expected_mse"] == pytest.approx(expected)
+    assert body["text"].startswith(f"squared error {data.decimal_text(expected)} summed over")
 
 
 @pytest.mark.parametrize(
