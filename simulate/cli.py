@@ -25,6 +25,7 @@ from shared.spec import (
     EXPONENTIAL_GRID,
     GEOMETRIC,
     GRID_MECHANISMS,
+    HADAMARD_RESPONSE,
     KRR,
     OLH_NAME,
     OUE_NAME,
@@ -52,7 +53,7 @@ from simulate.options import (
     repeats_option,
     version_option,
 )
-from simulate.populations import Population, cell_labels
+from simulate.populations import Population
 from simulate.reproduce import format_reproduction, reproduce_gowalla
 from simulate.runner import ALL_METHODS, simulate
 from simulate.tables import format_table, format_via
@@ -523,7 +524,10 @@ def _specs(
             "title": "Simulation",
             "mechanism": mechanism,
         }
-        if mechanism in GRID_MECHANISMS:
+        # A location population makes k-RR, OLH and Hadamard response region campaigns over
+        # its grid's cells, as the service collects them.
+        over_cells = population.is_location and mechanism in (KRR, OLH_NAME, HADAMARD_RESPONSE)
+        if mechanism in GRID_MECHANISMS or over_cells:
             if population.grid is None:
                 raise click.UsageError(f"{mechanism} needs a location population")
             base["region"] = population.grid.region.to_dict()
@@ -539,8 +543,6 @@ def _specs(
             if population.is_location:
                 raise click.UsageError(f"{mechanism} needs a categorical population")
             base["domain_size"] = population.size
-        elif population.is_location:
-            base["domain"] = list(cell_labels(population.grid))  # type: ignore[arg-type]  # a location
         else:
             base["domain"] = list(population.labels)
     if not epsilons:

@@ -36,7 +36,7 @@ from aggregator.estimation import (
 from aggregator.estimation.compute import Estimator, estimator_for
 from aggregator.estimation.inversion import clip_and_normalise, project_to_simplex
 from aggregator.estimation.oracles import oue_estimate
-from shared.mechanisms import GridMechanism, Mechanism
+from shared.mechanisms import Mechanism
 from shared.oracles import OUE
 from shared.spec import OUE_NAME, CampaignSpec
 from simulate.metrics import Scores, score
@@ -157,9 +157,10 @@ def oue_runs(
 
 def check_compatible(population: Population, mechanism: Mechanism | OUE) -> None:
     """The population's inputs must be the mechanism's (same labels, or same grid)."""
-    if isinstance(mechanism, GridMechanism):
+    cells = getattr(mechanism, "grid", None)
+    if cells is not None:
         grid = population.grid
-        if grid is None or (grid.rows, grid.cols) != (mechanism.grid.rows, mechanism.grid.cols):
+        if grid is None or (grid.rows, grid.cols) != (cells.rows, cells.cols):
             raise PopulationError(
                 f"a {mechanism.name} campaign needs a location population on its grid",
                 field="population",

@@ -49,7 +49,7 @@ from client.policy import DEFAULT_MAX_EPSILON, DEFAULT_TOTAL_BUDGET
 from client.reporter import DELIVERED, DUPLICATE, QUEUED
 from client.transport import normalize_server_url
 from shared.errors import LDPError, SpecError
-from shared.mechanisms import GridMechanism, Mechanism
+from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
 from simulate.metrics import Scores, score
 from simulate.populations import Population
@@ -411,9 +411,7 @@ def run_via_server(
         users = population.draw_users(n, generator)
         indices = population.indices_of(users)
         truth = np.bincount(indices, minlength=population.size) / indices.size
-        values = population.client_values(
-            users, generator, as_location=isinstance(mechanism, GridMechanism)
-        )
+        values = population.client_values(users, generator, as_location=mechanism.grid is not None)
         delivered, outcomes, errors, seconds = _report_all(
             api.url, spec, values, workers, progress, timeout, deadline_s, state_root
         )

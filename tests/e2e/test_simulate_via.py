@@ -114,6 +114,38 @@ def test_end_to_end_locations_are_scored_by_earth_movers_distance(live_server):
     assert result.responses["ibu"]["grid"]["rows"] == spec.grid.rows
 
 
+def test_krr_over_a_region_s_cells_goes_through_the_real_campaign_path(live_server):
+    """The k-RR side of the comparison with planar Laplace: a region campaign, locations
+    snapped and perturbed by the real client, estimated by the service's default for it."""
+    grid = Grid(Region(48.10, 48.1135, 11.50, 11.5201), 250.0)
+    spec = CampaignSpec.from_dict(
+        {
+            "id": unique_id("cells"),
+            "title": "Cells",
+            "mechanism": "krr",
+            "epsilon": 3.0,
+            "region": grid.region.to_dict(),
+            "cell_size_m": 250.0,
+        }
+    )
+    city = Population.clustered_city(spec.grid, hotspots=2, seed=1)
+    result = run_via_server(
+        live_server.url,
+        spec.to_dict(),
+        city,
+        150,
+        admin_token=live_server.admin_token,
+        analyst_token=live_server.analyst_token,
+        methods=("smoothed_projection",),
+        progress=False,
+    )
+    assert (result.delivered, result.server_n) == (150, 150)
+    body = result.responses["smoothed_projection"]
+    assert body["method"] == "smoothed_projection" and body["grid"]["rows"] == spec.grid.rows
+    assert result.scores["smoothed_projection"].emd_m is not None
+    assert_server_runs_our_estimators(result, Mechanism.from_spec(spec), ["smoothed_projection"])
+
+
 def test_the_command_creates_then_reuses_a_campaign(live_server):
     runner = CliRunner()
     env = {

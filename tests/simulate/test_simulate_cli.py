@@ -318,9 +318,10 @@ def test_reproduce_compares_planar_laplace_and_krr_on_a_points_file(tmp_path):
         ("krr", "IBU, fixed", 50),
         ("krr", "noisy reports as they are", None),
     ]
-    assert [rows[2][:2], rows[5][:2]] == [
+    assert [rows[2][:2], rows[5][:2], rows[6][:2]] == [
         ("planar_laplace", "IBU, cross-validated"),
         ("krr", "IBU, cross-validated"),
+        ("krr", "the service's default (Norm-Sub smoothed over neighbouring cells)"),
     ]
     emd = {(r["mechanism"], r["estimator"]): r["emd_m"] for r in document["results"]}
     assert emd[("planar_laplace", "IBU, fixed")] < emd[("krr", "IBU, fixed")]
@@ -328,7 +329,7 @@ def test_reproduce_compares_planar_laplace_and_krr_on_a_points_file(tmp_path):
     table = invoke(*args).stdout.splitlines()
     assert table[3].startswith("| mechanism | epsilon | estimator | IBU iterations | EMD (m)")
     assert table[5].startswith("| planar_laplace | ln(2)/100 per m | IBU, fixed | 50 | ")
-    assert len(table) == 11
+    assert len(table) == 12
 
 
 def test_reproduce_names_a_bad_line_without_echoing_it(tmp_path):
