@@ -54,7 +54,7 @@ REGION_DEFAULT = SMOOTHED
 METHOD_NAMES = {
     PROJECTION: "Norm-Sub (the unbiased inversion projected onto the simplex)",
     SMOOTHED: "Norm-Sub smoothed over neighbouring cells (width by cross-validation)",
-    MLE: "maximum likelihood (IBU run to convergence)",
+    MLE: "maximum likelihood (closed form for k-RR, else IBU run to convergence)",
     IBU: "IBU stopped by 10-fold cross-validation of the held-out likelihood",
     CLIP: "the unbiased inversion, negatives clipped to 0 and renormalised",
     INVERSION: "the unbiased inversion (shares may fall outside [0, 1])",
