@@ -13,6 +13,10 @@ Run from the repository's environment::
     python scripts/check_licenses.py                   # the aggregator extra
     python scripts/check_licenses.py --extra simulate  # or another one
 
+The JavaScript vendored into the package (:data:`VENDORED`: Leaflet, served by
+the dashboard for its basemap) is checked too: each directory must hold its
+licence file, and its licence must be permissive.
+
 Exit status: 0 all permissive, 1 something refused or without a stated
 licence, 2 a required distribution is not installed.
 """
@@ -25,6 +29,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 
 try:
     from packaging.requirements import Requirement
@@ -40,6 +45,42 @@ GPL_LIBRARIES = {"libfftw3": "FFTW (GPL-2.0-or-later)", "libreadline": "GNU Read
 # A License field longer than this is the licence's text (often with the texts of bundled
 # runtimes appended), not its name.
 LICENSE_NAME_MAX = 120
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Vendored:
+    """Third-party files copied into the package: where, what, from where, under which licence."""
+
+    path: str  # the directory, from the repository's root
+    name: str
+    version: str
+    licence: str  # SPDX
+    source: str  # the registry's archive and its integrity
+
+
+VENDORED = (
+    Vendored(
+        path="aggregator/dashboard/static/vendor/leaflet",
+        name="leaflet",
+        version="1.9.4",
+        licence="BSD-2-Clause",
+        source="https://registry.npmjs.org/leaflet/-/leaflet-1.9.4.tgz (dist/ and LICENSE; "
+        "sha512-nxS1ynzJOmOlHp+iL3FyWqK89GtNL8U8rvlMOsQdTTssxZwCXh8N2NB3GDQOL+YR3XnWyZAxwQixURb+FA74PA==)",
+    ),
+)
+
+
+def judge_vendored(item: Vendored, root: Path = ROOT) -> Verdict:
+    """A vendored directory passes with its LICENSE file and a permissive licence."""
+    refused = None
+    if not (root / item.path / "LICENSE").is_file():
+        refused = f"no LICENSE file in {item.path}"
+    elif copyleft_only(alternatives(item.licence)):
+        refused = "GPL-family licence only"
+    return Verdict(f"{item.name} (vendored)", item.version, item.licence, refused)
 
 
 @dataclass(frozen=True)
@@ -149,6 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"not installed, so not checked: {', '.join(missing)}", file=sys.stderr)
         return 2
     verdicts = sorted((judge(dist) for dist in found.values()), key=lambda v: v.name.lower())
+    verdicts += [judge_vendored(item) for item in VENDORED]
     print(f"{PROJECT}[{','.join(extras)}]: {len(verdicts)} distributions")
     print("| distribution | version | licence | verdict |")
     print("|---|---|---|---|")

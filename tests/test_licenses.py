@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import configparser
 import importlib.util
 import subprocess
 import sys
@@ -82,3 +83,36 @@ def test_a_required_distribution_that_is_missing_is_named():
 def test_only_a_licence_with_no_permissive_choice_is_copyleft_only(licence, copyleft_only):
     module = load_script()
     assert module.copyleft_only(module.alternatives(licence)) is copyleft_only
+
+
+def test_every_vendored_directory_is_listed_with_its_licence_and_shipped_in_the_package():
+    module = load_script()
+    root = SCRIPT.parents[1]
+    vendor = root / "aggregator" / "dashboard" / "static" / "vendor"
+    listed_paths = {item.path for item in module.VENDORED}
+    on_disk = {str(path.relative_to(root)) for path in vendor.iterdir() if path.is_dir()}
+    assert on_disk == listed_paths
+    for item in module.VENDORED:
+        assert module.judge_vendored(item).refused is None
+    # setup.cfg's package data takes every vendored file, so an installed package serves them.
+    config = configparser.ConfigParser()
+    config.read(root / "setup.cfg")
+    patterns = [
+        pattern.strip()
+        for pattern in config["options.package_data"]["aggregator.dashboard"].split(",")
+    ]
+    package = root / "aggregator" / "dashboard"
+    shipped = {path for pattern in patterns for path in package.glob(pattern)}
+    for path in vendor.rglob("*"):
+        if path.is_file():
+            assert path in shipped, path
+
+
+def test_a_vendored_directory_without_its_licence_file_is_refused(tmp_path):
+    module = load_script()
+    item = module.VENDORED[0]
+    (tmp_path / item.path).mkdir(parents=True)
+    verdict = module.judge_vendored(item, root=tmp_path)
+    assert verdict.refused == f"no LICENSE file in {item.path}"
+    completed = check()
+    assert f"| {item.name} (vendored) | {item.version} | {item.licence} | ok |" in completed.stdout
