@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import flask
 
@@ -53,6 +55,8 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 _UNSET = frozenset({"", "null"})
 REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
+# What a basemap's tile URL template may hold (Leaflet's TileLayer fills them).
+TILE_URL_PLACEHOLDERS = frozenset({"z", "x", "y", "-y", "s", "r"})
 
 
 class SettingsError(ValueError):
@@ -229,6 +233,27 @@ def _origins(value: Any) -> str | tuple[str, ...]:
     ):
         return tuple(origin.strip() for origin in value)
     raise _Bad
+
+
+def _tile_url(value: Any) -> str:
+    """A tile URL template: http(s), a host, ``{z}``, ``{x}`` and ``{y}`` (or ``{-y}``), and no
+    placeholder Leaflet cannot fill; ``{s}`` only as the host's first label."""
+    if not isinstance(value, str):
+        raise _Bad
+    value = value.strip()
+    parts = urlsplit(value)
+    names = set(re.findall(r"\{([^{}]*)\}", value))
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or not {"z", "x"} <= names
+        or not names & {"y", "-y"}
+        or not names <= TILE_URL_PLACEHOLDERS
+        or "{s}" in parts.netloc.removeprefix("{s}.")
+        or any(c in value for c in " \"'<>;,")
+    ):
+        raise _Bad
+    return value
 
 
 def _retention_days(value: Any) -> float | None:
@@ -448,6 +473,25 @@ class Settings:
     )
     dashboard_refresh_s: int = setting(
         POSITIVE_WHOLE, 5, "seconds between the dashboard campaign page's updates"
+    )
+    map_tiles_url: str | None = setting(
+        Kind(
+            "URL template or unset",
+            "an http(s) URL template with {z}, {x} and {y}, or unset",
+            _tile_url,
+            optional=True,
+        ),
+        None,
+        "basemap tiles under the dashboard's maps, e.g. `https://tile.example/{z}/{x}/{y}.png` "
+        "(`{s}` may be the host's first label); the browser fetches them from that host, which "
+        "the Content-Security-Policy then allows for images (unset: no basemap, no request "
+        "leaves the dashboard's server)",
+    )
+    map_tiles_attribution: str | None = setting(
+        OPTIONAL_TEXT,
+        None,
+        "the tiles' attribution, shown as plain text in the corner of the basemap (e.g. "
+        "`© OpenStreetMap contributors`); required by most tile providers",
     )
     estimate_max_work: int | None = setting(
         Kind("whole number or unset", "a whole number >= 1 or null", _whole(1), optional=True),

@@ -2,11 +2,12 @@
 
 Nothing here computes an estimate of its own: the estimate shown is exactly
 :func:`aggregator.http.estimates.estimate_response`, the body of the estimate API,
-so a chart and the API can never disagree. For grid campaigns (planar Laplace,
-the exponential mechanism on a grid) the payload
-adds the heatmap layers on the campaign's lat/lon grid: the share of noisy
-reports per cell and the reconstructed distribution, both from the estimate's
-body, so from the same counts.
+so a chart and the API can never disagree. For campaigns with a grid (planar
+Laplace, the exponential mechanism on a grid, and k-RR, OLH or Hadamard response
+over a region's cells: :func:`has_map`) the payload adds the heatmap layers on the
+campaign's lat/lon grid: the share of noisy reports per cell (where each report is
+a cell) and the reconstructed distribution, both from the estimate's body, so from
+the same counts.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from shared.spec import (
     CELL_MECHANISMS,
     EXPONENTIAL_GRID,
     GEOMETRIC,
-    GRID_MECHANISMS,
     HADAMARD_RESPONSE,
     OLH_NAME,
     PLANAR_LAPLACE,
@@ -239,25 +239,45 @@ def summary(store: CampaignStore, campaign: Campaign) -> dict[str, Any]:
     }
 
 
+def has_map(campaign: Campaign) -> bool:
+    """Whether the campaign's values are the cells of a grid, so its page draws maps: planar
+    Laplace, the exponential mechanism on a grid, and k-RR, OLH or Hadamard response over a
+    region's cells."""
+    return campaign.mechanism.grid is not None
+
+
+def has_raw_map(campaign: Campaign) -> bool:
+    """Whether each report is a cell, so the share of the reports per cell is a map (the
+    estimate API's ``raw_cells``); an OLH or Hadamard response report is a hash or a code."""
+    grid = campaign.mechanism.grid
+    return grid is not None and campaign.mechanism.n_outputs == grid.n_cells
+
+
 def heatmap_layers(campaign: Campaign, estimate: dict) -> dict[str, Any]:
     """The report shares and the reconstruction as rows x cols arrays (row 0 is the south),
     both from the estimate's ``grid``.
 
     ``lat`` gives each row's centre latitude and ``lon`` each column's centre
-    longitude, so the layers can be drawn on the campaign's lat/lon grid.
-    ``zmax`` is the larger maximum of the two layers: the shared colour scale.
+    longitude, so the layers can be drawn on the campaign's lat/lon grid;
+    ``region`` is the grid's bounds. ``raw`` is None where the reports are not
+    cells (:func:`has_raw_map`). ``zmax`` is the largest share of the layers: the
+    shared colour scale.
     """
-    grid = campaign.spec.grid
+    grid = campaign.mechanism.grid
+    assert grid is not None
     rows, cols = grid.rows, grid.cols
     empty = [[0.0] * cols for _ in range(rows)]
     layers = estimate.get("grid")  # absent with no reports yet
-    raw = empty if layers is None else layers["raw_cells"]
+    raw: list[list[float]] | None = None
+    if has_raw_map(campaign):
+        raw = empty if layers is None else layers.get("raw_cells", empty)
     reconstructed = empty if layers is None else layers["cells"]
-    peak = max((max(line) for line in raw + reconstructed), default=0.0)
+    peak = max((max(line) for line in (raw or []) + reconstructed), default=0.0)
     return {
         "rows": rows,
         "cols": cols,
         "cell_size_m": grid.cell_size_m,
+        "region": grid.region.to_dict(),
         "lat": [grid.centre(row * cols)[0] for row in range(rows)],
         "lon": [grid.centre(col)[1] for col in range(cols)],
         "raw": raw,
@@ -332,9 +352,9 @@ def estimate_display(body: dict) -> dict[str, Any]:
 
 def estimate_payload(campaign: Campaign, body: dict) -> dict[str, Any]:
     """The estimate API's ``body``, plus what the page shows about it (``display``) and the
-    heatmap layers for grid campaigns."""
+    heatmap layers for campaigns with a grid (:func:`has_map`)."""
     payload = dict(body)
     payload["display"] = estimate_display(body)
-    if campaign.spec.mechanism in GRID_MECHANISMS:
+    if has_map(campaign):
         payload["heatmap"] = heatmap_layers(campaign, payload)
     return payload

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from importlib import resources
 from typing import Any
+from urllib.parse import urlsplit
 
 import flask
 
@@ -23,9 +24,10 @@ from aggregator.http.routes import bounded_estimate, load_campaign
 from aggregator.services import current_settings, get_store
 from aggregator.storage.store import Campaign, CampaignNotFound
 from shared.errors import ValidationError
-from shared.spec import GEOMETRIC, GRID_MECHANISMS
+from shared.spec import GEOMETRIC
 
-# plotly's styles are injected at run time, hence 'unsafe-inline' for styles only.
+# plotly's (and Leaflet's) styles are injected at run time, hence 'unsafe-inline' for styles
+# only. A basemap's tile host is added to img-src when one is set (content_security_policy).
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
     "img-src 'self' data: blob:; connect-src 'self'; object-src 'none'; "
@@ -56,9 +58,35 @@ def _template_helpers() -> dict[str, Any]:
     }
 
 
+def tile_source(tiles_url: str) -> str:
+    """The CSP source of a tile URL template: its scheme and host (with its port), ``{s}.``
+    as ``*.`` (``https://{s}.tile.example/{z}/{x}/{y}.png`` gives ``https://*.tile.example``)."""
+    parts = urlsplit(tiles_url)
+    return f"{parts.scheme}://{parts.netloc.replace('{s}', '*')}"
+
+
+def content_security_policy(tiles_url: str | None) -> str:
+    """The dashboard's policy: this server only, and a basemap's tile host for images when the
+    operator set one (``LDP_MAP_TILES_URL``)."""
+    if tiles_url is None:
+        return CONTENT_SECURITY_POLICY
+    return CONTENT_SECURITY_POLICY.replace(
+        "img-src 'self' data: blob:;", f"img-src 'self' data: blob: {tile_source(tiles_url)};"
+    )
+
+
+def basemap_config() -> dict[str, str] | None:
+    """The basemap a campaign page's maps are drawn over (None: the operator set no tiles)."""
+    settings = current_settings()
+    if settings.map_tiles_url is None:
+        return None
+    return {"url": settings.map_tiles_url, "attribution": settings.map_tiles_attribution or ""}
+
+
 @bp.after_request
 def _headers(response: flask.Response) -> flask.Response:
-    response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    policy = content_security_policy(current_settings().map_tiles_url)
+    response.headers["Content-Security-Policy"] = policy
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Referrer-Policy"] = "same-origin"
     response.headers["X-Frame-Options"] = "DENY"
@@ -141,14 +169,16 @@ def campaign_page(campaign_id: str) -> Any:
     spec = campaign.spec
     store = get_store()
     last = store.last_report_times([spec.id])[spec.id]
-    planar = spec.mechanism in GRID_MECHANISMS  # a map of the grid's cells
+    planar = data.has_map(campaign)  # a map of the grid's cells
     ordinal = spec.mechanism == GEOMETRIC
     return flask.render_template(
         "dashboard/campaign.html",
         campaign=data.campaign_row(campaign, last),
         planar=planar,
+        raw_map=data.has_raw_map(campaign),
+        basemap=basemap_config() if planar else None,
         ordinal=ordinal,
-        grid=spec.grid if planar else None,
+        grid=campaign.mechanism.grid if planar else None,
         value_range=(spec.lo, spec.hi) if ordinal else None,
         domain_size=None if planar or ordinal else campaign.mechanism.n_inputs,
         expected_error=data.expected_error_at(campaign),

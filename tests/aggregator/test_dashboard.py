@@ -26,6 +26,7 @@ from aggregator.app import create_app
 from aggregator.dashboard import data
 from aggregator.estimation import METHODS
 from aggregator.estimation.advice import oracle_mse
+from aggregator.services import get_store
 from aggregator.storage.store import CampaignStore
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
@@ -523,6 +524,118 @@ def test_an_exponential_grid_campaign_gets_the_map_page_and_heatmaps(signed_in, 
     assert sum(map(sum, layers["raw"])) == pytest.approx(1.0)
     row, col = divmod(5, grid.cols)
     assert layers["estimate"][row][col] == body["estimates"][5]["frequency"]
+
+
+# -- region campaigns of categorical mechanisms, and the basemap ---------------------------
+
+REGION_KRR_SPEC = {
+    "id": "cells",
+    "title": "Which cell are you in",
+    "mechanism": "krr",
+    "epsilon": 2.0,
+    "region": PLANAR_SPEC["region"],
+    "cell_size_m": 200,
+}
+REGION_OLH_SPEC = {**REGION_KRR_SPEC, "id": "hashed-cells", "mechanism": "olh"}
+TILES = "https://tile.example:8443/{z}/{x}/{y}.png"
+
+
+def test_a_region_krr_campaign_gets_the_map_page_and_both_heatmaps(signed_in, admin):
+    assert (
+        signed_in.post("/api/v1/campaigns", json=REGION_KRR_SPEC, headers=admin).status_code == 201
+    )
+    grid = CampaignSpec.from_dict(REGION_KRR_SPEC).grid
+    centre = grid.centre(5)
+    post_reports(signed_in, REGION_KRR_SPEC, [{"lat": centre[0], "lon": centre[1]}] * 200, seed=6)
+    page = signed_in.get("/dashboard/campaigns/cells").get_data(as_text=True)
+    assert "data-grid" in page and 'id="estimate-chart"' not in page
+    assert 'id="heatmap-raw"' in page and 'id="heatmap-estimate"' in page
+    assert f"{grid.rows} × {grid.cols} cells of 200 m" in page
+    assert 'id="sort"' not in page  # no bar chart's controls
+    body = signed_in.get("/dashboard/data/campaigns/cells/estimate").get_json()
+    layers = body["heatmap"]
+    assert (layers["rows"], layers["cols"]) == (grid.rows, grid.cols)
+    assert layers["raw"] == body["grid"]["raw_cells"]
+    assert sum(map(sum, layers["raw"])) == pytest.approx(1.0)
+    row, col = divmod(5, grid.cols)
+    assert layers["estimate"][row][col] == body["estimates"][5]["frequency"]
+    assert layers["region"] == REGION_KRR_SPEC["region"]
+
+
+def test_an_olh_campaign_over_cells_gets_a_map_and_says_why_there_is_no_raw_map(signed_in, admin):
+    assert (
+        signed_in.post("/api/v1/campaigns", json=REGION_OLH_SPEC, headers=admin).status_code == 201
+    )
+    grid = CampaignSpec.from_dict(REGION_OLH_SPEC).grid
+    centre = grid.centre(3)
+    post_reports(signed_in, REGION_OLH_SPEC, [{"lat": centre[0], "lon": centre[1]}] * 100, seed=7)
+    page = signed_in.get("/dashboard/campaigns/hashed-cells").get_data(as_text=True)
+    assert 'id="heatmap-estimate"' in page and 'id="heatmap-raw"' not in page
+    assert 'id="no-raw-map"' in page and "is a hash of the reporter" in page
+    body = signed_in.get("/dashboard/data/campaigns/hashed-cells/estimate").get_json()
+    assert "raw_cells" not in body["grid"]
+    assert body["heatmap"]["raw"] is None
+    assert body["heatmap"]["zmax"] == max(map(max, body["heatmap"]["estimate"]))
+
+
+def test_the_map_rule_is_having_a_grid(signed_in, admin, planar_campaign):
+    for spec in (REGION_KRR_SPEC, REGION_OLH_SPEC, GRID_SPEC, KRR_SPEC, OLH_SPEC):
+        assert signed_in.post("/api/v1/campaigns", json=spec, headers=admin).status_code == 201
+    specs = (REGION_KRR_SPEC, REGION_OLH_SPEC, GRID_SPEC, PLANAR_SPEC, KRR_SPEC, OLH_SPEC)
+    with signed_in.application.app_context():
+        store = get_store()
+        maps = {spec["id"]: data.has_map(store.get_campaign(spec["id"])) for spec in specs}
+    assert maps == {
+        "cells": True,
+        "hashed-cells": True,
+        "block": True,
+        "where": True,
+        "fruit": False,
+        "apps": False,
+    }
+
+
+def test_no_basemap_by_default_and_no_tile_host_in_the_policy(signed_in, planar_campaign):
+    response = signed_in.get("/dashboard/campaigns/where")
+    page = response.get_data(as_text=True)
+    assert 'id="basemap"' not in page and "leaflet" not in page
+    assert "img-src 'self' data: blob:;" in response.headers["Content-Security-Policy"]
+
+
+def test_a_tile_url_draws_the_basemap_and_opens_the_policy_to_its_host(config):
+    app = create_app({**config, "MAP_TILES_URL": TILES, "MAP_TILES_ATTRIBUTION": "<b>Tiles</b>"})
+    client = app.test_client()
+    assert sign_in(client).status_code == 303
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    assert client.post("/api/v1/campaigns", json=REGION_KRR_SPEC, headers=admin).status_code == 201
+    response = client.get("/dashboard/campaigns/cells")
+    page = response.get_data(as_text=True)
+    assert f'data-tiles-url="{TILES}"' in page
+    assert 'data-attribution="&lt;b&gt;Tiles&lt;/b&gt;"' in page
+    assert "vendor/leaflet/leaflet.js" in page and "vendor/leaflet/leaflet.css" in page
+    policy = response.headers["Content-Security-Policy"]
+    assert "img-src 'self' data: blob: https://tile.example:8443;" in policy
+    assert "script-src 'self';" in policy and "connect-src 'self';" in policy
+    # Pages without a map load no map library.
+    assert "leaflet" not in client.get("/dashboard/campaigns/fruit").get_data(as_text=True)
+    for name in ("leaflet.js", "leaflet.css", "images/layers.png", "LICENSE"):
+        assert client.get(f"/dashboard/static/vendor/leaflet/{name}").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("tiles_url", "source"),
+    [
+        ("https://tile.example/{z}/{x}/{y}.png", "https://tile.example"),
+        ("http://127.0.0.1:8080/{z}/{x}/{y}.png", "http://127.0.0.1:8080"),
+        ("https://{s}.tile.example/{z}/{x}/{-y}.png", "https://*.tile.example"),
+    ],
+)
+def test_the_policy_allows_the_tile_host_only(tiles_url, source):
+    from aggregator.dashboard.views import content_security_policy
+
+    policy = content_security_policy(tiles_url)
+    assert f"img-src 'self' data: blob: {source};" in policy
+    assert policy.count(source) == 1
 
 
 def test_csv_download_matches_the_estimate(signed_in, fruit_reports):

@@ -138,6 +138,43 @@ def test_retention_days(days, seconds):
     assert Settings.from_mapping({"RETENTION_DAYS": days}).retention_s == seconds
 
 
+def test_the_basemap_is_off_by_default():
+    settings = Settings.from_env({})
+    assert settings.map_tiles_url is None and settings.map_tiles_attribution is None
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://tile.example/{z}/{x}/{y}.png",
+        "http://127.0.0.1:8080/tiles/{z}/{x}/{y}.png",
+        "https://{s}.tile.example/{z}/{x}/{y}{r}.png",
+        "https://tile.example/{z}/{x}/{-y}.png?key=abc",
+    ],
+)
+def test_a_tile_url_template_is_taken(url):
+    settings = Settings.from_env({"LDP_MAP_TILES_URL": url, "LDP_MAP_TILES_ATTRIBUTION": "© OSM"})
+    assert (settings.map_tiles_url, settings.map_tiles_attribution) == (url, "© OSM")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "tile.example/{z}/{x}/{y}.png",  # no scheme
+        "ftp://tile.example/{z}/{x}/{y}.png",
+        "https:///{z}/{x}/{y}.png",  # no host
+        "https://tile.example/{z}/{x}.png",  # no {y}
+        "https://tile.example/tiles.png",
+        "https://tile.example/{z}/{x}/{y}/{apikey}.png",  # Leaflet cannot fill it
+        "https://a.{s}.tile.example/{z}/{x}/{y}.png",  # {s} not the first label
+        "https://tile.example/{z}/{x}/{y}.png; script-src *",  # would widen the CSP
+    ],
+)
+def test_a_bad_tile_url_is_refused_naming_its_variable(url):
+    with pytest.raises(SettingsError, match=r"^LDP_MAP_TILES_URL must be an http"):
+        Settings.from_env({"LDP_MAP_TILES_URL": url})
+
+
 def test_a_mapping_takes_flask_keys_and_refuses_unknown_names():
     settings = Settings.from_mapping({"MAX_BATCH": 5, "TESTING": True, "SECRET_KEY": "k" * 40})
     assert settings.max_batch == 5

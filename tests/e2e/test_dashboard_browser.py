@@ -9,15 +9,20 @@ logged no console error, and leaves a screenshot in ``artifacts/screenshots/``.
 from __future__ import annotations
 
 import csv
+import http.server
 import itertools
 import random
 import re
+import struct
+import threading
 import uuid
+import zlib
 from pathlib import Path
 
 import pytest
 import requests
 from playwright.sync_api import Browser, Page, expect, sync_playwright
+from support import running_server
 
 from aggregator.dashboard.data import decimal_text, estimate_details, share_text
 from aggregator.estimation.advice import oracle_mse
@@ -604,6 +609,198 @@ def test_exponential_grid_campaign_renders_the_map_of_its_cells(tab, seeder):
         assert estimate["z"][row][col] == pytest.approx(api["estimates"][index]["frequency"])
     assert "per m of euclidean distance" in tab.page.inner_text("dl.facts")
     tab.assert_no_console_errors()
+
+
+# -- maps of region campaigns, and the basemap over local tiles ----------------------------
+
+MAP_SHOTS = Path("/tmp/shots")
+DOWNTOWN = {"lat_min": 37.775, "lat_max": 37.785, "lon_min": -122.42, "lon_max": -122.405}
+TILE_PATH = re.compile(r"^/(\d+)/(\d+)/(\d+)\.png$")
+TILE_TOKEN = "tiles-admin-token-0123456789abcdefghij"
+TILE_ANALYST_TOKEN = "tiles-analyst-token-0123456789abcdefghij"
+
+
+def region_krr_spec(campaign_id: str) -> dict:
+    return {
+        "id": campaign_id,
+        "title": "Which cell downtown (browser test)",
+        "mechanism": "krr",
+        "epsilon": 4.0,
+        "region": DOWNTOWN,
+        "cell_size_m": 150,
+    }
+
+
+def downtown_spots(seed: int, n: int = 1500) -> list[dict]:
+    """Most reporters near one corner, the rest anywhere downtown."""
+    rng = random.Random(seed)
+    near = [
+        {"lat": rng.uniform(37.776, 37.778), "lon": rng.uniform(-122.418, -122.415)}
+        for _ in range(n * 2 // 3)
+    ]
+    anywhere = [
+        {
+            "lat": rng.uniform(DOWNTOWN["lat_min"], DOWNTOWN["lat_max"]),
+            "lon": rng.uniform(DOWNTOWN["lon_min"], DOWNTOWN["lon_max"]),
+        }
+        for _ in range(n - len(near))
+    ]
+    return near + anywhere
+
+
+def street_tile_png(size: int = 256, block: int = 32) -> bytes:
+    """A pale tile crossed by darker "streets" every ``block`` pixels, as a PNG."""
+    rows = []
+    for y in range(size):
+        line = bytearray([0])  # filter: none
+        for x in range(size):
+            street = x % block < 3 or y % block < 3
+            line += bytes((200, 200, 205) if street else (242, 239, 233))
+        rows.append(bytes(line))
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(body))
+            + kind
+            + body
+            + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+        )
+
+    header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"".join(rows)))
+        + chunk(b"IEND", b"")
+    )
+
+
+@pytest.fixture(scope="module")
+def tile_server():
+    """A tile server on 127.0.0.1: one PNG for every /{z}/{x}/{y}.png, each path recorded."""
+    png = street_tile_png()
+    requested: list[str] = []
+
+    class Tiles(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            requested.append(self.path)
+            if TILE_PATH.match(self.path) is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "image/png")
+            self.send_header("Content-Length", str(len(png)))
+            self.end_headers()
+            self.wfile.write(png)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Tiles)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield {"url": f"http://127.0.0.1:{server.server_port}", "requested": requested}
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_region_krr_campaign_is_drawn_as_maps_not_a_bar_chart(tab, seeder, tile_server):
+    cells = seeder.create(region_krr_spec(f"dash-cells-{SUFFIX}"))
+    grid = CampaignSpec.from_dict(cells).grid
+    seeder.post(cells, downtown_spots(seed=44), seed=45)
+    before = len(tile_server["requested"])
+    tab.open_campaign(cells["id"])
+    assert tab.page.locator("#estimate-chart").count() == 0
+    api = seeder.get(f"/campaigns/{cells['id']}/estimate")
+    raw = chart_trace(tab.page, "heatmap-raw")
+    estimate = chart_trace(tab.page, "heatmap-estimate")
+    for trace in (raw, estimate):
+        assert trace["type"] == "heatmap"
+        assert (len(trace["z"]), len(trace["z"][0])) == (grid.rows, grid.cols)
+
+    def flat(z: list[list[float]]) -> list[float]:
+        return [share for line in z for share in line]
+
+    assert flat(estimate["z"]) == pytest.approx(flat(api["grid"]["cells"]))
+    assert flat(raw["z"]) == pytest.approx(flat(api["grid"]["raw_cells"]))
+    assert "cells of 150 m" in tab.page.inner_text("dl.facts")
+    # The basemap is off by default: no map library, no tile fetched.
+    assert tab.page.locator("#basemap").count() == 0
+    assert tab.page.evaluate("() => typeof window.L") == "undefined"
+    assert len(tile_server["requested"]) == before
+    MAP_SHOTS.mkdir(parents=True, exist_ok=True)
+    tab.page.locator("#estimate-section").screenshot(path=str(MAP_SHOTS / "region-krr-map.png"))
+    tab.assert_no_console_errors()
+
+
+def test_the_basemap_draws_the_cells_over_tiles_from_the_configured_server(
+    browser, tile_server, tmp_path
+):
+    tiles_url = tile_server["url"] + "/{z}/{x}/{y}.png"
+    settings = {
+        "LDP_ADMIN_TOKEN": TILE_TOKEN,
+        "LDP_ANALYST_TOKEN": TILE_ANALYST_TOKEN,
+        "LDP_RATELIMIT_REPORTS": "100000 per minute",
+        "LDP_REPORT_BUDGET": "10000000 per hour",
+        "LDP_MAP_TILES_URL": tiles_url,
+        "LDP_MAP_TILES_ATTRIBUTION": "Local test tiles <not html>",
+    }
+    with running_server(tmp_path / "data", env=settings, workers=1) as server:
+        seeder = Seeder(
+            type(
+                "Server",
+                (),
+                {"url": server.url, "admin_token": TILE_TOKEN, "analyst_token": TILE_ANALYST_TOKEN},
+            )
+        )
+        cells = seeder.create(region_krr_spec(f"dash-tiles-{SUFFIX}"))
+        grid = CampaignSpec.from_dict(cells).grid
+        seeder.post(cells, downtown_spots(seed=46), seed=47)
+        tab = Tab(browser, server.url, "basemap-local-tiles", LAPTOP)
+        try:
+            tab.sign_in(TILE_ANALYST_TOKEN)
+            before = len(tile_server["requested"])
+            response = tab.page.goto(f"{tab.base}/campaigns/{cells['id']}")
+            policy = response.headers["content-security-policy"]
+            assert f"img-src 'self' data: blob: {tile_server['url']};" in policy
+            tab.wait_rendered()
+            tab.page.wait_for_selector(
+                f'main[data-basemap-cells="{grid.n_cells}"]', state="attached"
+            )
+            tab.page.wait_for_selector("#basemap img.leaflet-tile-loaded")
+            asked = tile_server["requested"][before:]
+            assert asked and all(TILE_PATH.match(path) for path in asked)
+            # The cells are drawn over the tiles: one rectangle per cell, in the overlay pane.
+            cells_drawn = tab.page.locator("#basemap .leaflet-overlay-pane path.basemap-cell")
+            assert cells_drawn.count() == grid.n_cells
+            # Coloured on the heatmaps' scale: the cell with the largest estimate is the top
+            # of Viridis.
+            api = seeder.get(f"/campaigns/{cells['id']}/estimate")
+            flat = [share for line in api["grid"]["cells"] for share in line]
+            layers = tab.page.evaluate(
+                """() => Array.from(document.querySelectorAll(
+                    '#basemap .leaflet-overlay-pane path.basemap-cell')).map(
+                    (p) => p.getAttribute('fill'))"""
+            )
+            assert layers[flat.index(max(flat))] == "rgb(253, 231, 37)"
+            # Hovering a cell gives its values as the heatmap does.
+            cells_drawn.nth(flat.index(max(flat))).hover(force=True)
+            tooltip = tab.page.locator(".leaflet-tooltip")
+            expect(tooltip).to_contain_text("estimated share " + share_text(max(flat)))
+            # The attribution is the setting's text, shown as text.
+            expect(tab.page.locator(".leaflet-control-attribution")).to_contain_text(
+                "Local test tiles <not html>"
+            )
+            # The raw report shares are a second layer, on the same scale.
+            expect(tab.page.locator(".leaflet-control-layers")).to_contain_text("Raw report shares")
+            MAP_SHOTS.mkdir(parents=True, exist_ok=True)
+            tab.page.locator(".basemap-figure").screenshot(
+                path=str(MAP_SHOTS / "basemap-local-tiles.png")
+            )
+            tab.shot()
+            tab.assert_no_console_errors()
+        finally:
+            tab.close()
 
 
 def test_a_report_posted_while_the_page_is_open_shows_up(tab, seeder, campaigns):

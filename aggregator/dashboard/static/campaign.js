@@ -521,6 +521,14 @@
     };
   }
 
+  /* Tells the basemap (static/basemap.js, loaded when the operator set map tiles) what to
+   * draw over its tiles: the same layers and colour scale as the heatmaps, or null to clear. */
+  function announceHeatmap(h) {
+    root.dispatchEvent(new CustomEvent("ldp:heatmap", {
+      detail: { heatmap: h, formatShare: formatShare },
+    }));
+  }
+
   function renderHeatmaps(estimate) {
     var h = estimate.heatmap;
     var latMid = (h.lat[0] + h.lat[h.lat.length - 1]) / 2;
@@ -552,8 +560,12 @@
         margin: { l: 72, r: 16, t: 8, b: 56 },
       });
     }
-    Plotly.react("heatmap-raw", [heatmap(h.raw, "share of reports")], layout(), plotConfig);
+    // No raw map where a report is a hash or a code of its cell, not a cell (OLH, Hadamard).
+    if (h.raw) {
+      Plotly.react("heatmap-raw", [heatmap(h.raw, "share of reports")], layout(), plotConfig);
+    }
     Plotly.react("heatmap-estimate", [heatmap(h.estimate, "estimated share")], layout(), plotConfig);
+    announceHeatmap(h);
     var cells = estimate.estimates
       .map(function (e, i) { return Object.assign({ index: i }, e); })
       .sort(function (a, b) { return b.frequency - a.frequency || a.index - b.index; })
@@ -639,8 +651,13 @@
 
   function clearCharts() {
     (planar ? ["heatmap-raw", "heatmap-estimate"] : ["estimate-chart"]).forEach(function (id) {
-      Plotly.purge(id);
+      if (document.getElementById(id)) {
+        Plotly.purge(id);
+      }
     });
+    if (planar) {
+      announceHeatmap(null);
+    }
     document.querySelector("#estimate-table tbody").replaceChildren();
     setText("estimate-caption", "");
   }
