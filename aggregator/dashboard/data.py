@@ -20,6 +20,9 @@ from typing import Any
 
 from aggregator.estimation import decision
 from aggregator.estimation.advice import expected_error, oracle_mse
+from aggregator.http.windows import MAX_TREND_PERIODS
+from aggregator.storage import periods
+from aggregator.storage.periods import Window
 from aggregator.storage.store import Campaign, CampaignStore
 from shared.spec import (
     CELL_MECHANISMS,
@@ -358,3 +361,59 @@ def estimate_payload(campaign: Campaign, body: dict) -> dict[str, Any]:
     if has_map(campaign):
         payload["heatmap"] = heatmap_layers(campaign, payload)
     return payload
+
+
+# -- time: the window picker and the trend's window -----------------------------------------
+
+# The trend chart covers at least this many periods (so that the latest period alone is
+# seen against the ones before it), and follows this many categories (or cells) by default.
+MIN_TREND_PERIODS = 7
+TREND_TOP = 5
+# The periods of the picker's "latest few" choice.
+RECENT_PERIODS = 7
+_PERIOD_NOUNS = {periods.DAY: "day", periods.WEEK: "week"}
+# The browser's input for a period key of each unit (both give the key's own format).
+_PERIOD_INPUTS = {periods.DAY: "date", periods.WEEK: "week"}
+
+
+def window_choices(campaign: Campaign, now: float) -> dict[str, Any]:
+    """The window picker's choices at ``now``: the latest period, the latest few, all time,
+    and custom ends (``input``: the browser's input type for a period of the campaign's unit).
+    Each choice's ``since`` and ``until`` are the query the data endpoints take."""
+    unit = campaign.unit
+    noun = _PERIOD_NOUNS[unit]
+    current = periods.key_at(unit, now)
+    recent = periods.shifted(unit, current, -(RECENT_PERIODS - 1))
+    return {
+        "unit": noun,
+        "input": _PERIOD_INPUTS[unit],
+        "current": current,
+        "first": periods.key_at(unit, campaign.created_at),
+        "choices": [
+            {
+                "value": "latest",
+                "label": f"Latest {noun} ({current})",
+                "since": current,
+                "until": current,
+            },
+            {
+                "value": "recent",
+                "label": f"Latest {RECENT_PERIODS} {noun}s (from {recent})",
+                "since": recent,
+                "until": current,
+            },
+            {"value": "all", "label": "All time", "since": "", "until": ""},
+            {"value": "custom", "label": "Custom…", "since": "", "until": ""},
+        ],
+    }
+
+
+def trend_window(campaign: Campaign, asked: Window | None, now: float) -> Window:
+    """The periods the trend chart shows for the picked window ``asked`` (None: all time,
+    from the campaign's first period to the current one): those of the window, lengthened
+    back to MIN_TREND_PERIODS and cut to the trend API's most (the latest ones)."""
+    unit = campaign.unit
+    if asked is None:
+        asked = Window(unit, periods.key_at(unit, campaign.created_at), periods.key_at(unit, now))
+    count = min(max(len(asked), MIN_TREND_PERIODS), MAX_TREND_PERIODS)
+    return Window(unit, periods.shifted(unit, asked.until, -(count - 1)), asked.until)

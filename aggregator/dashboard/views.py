@@ -18,9 +18,15 @@ import flask
 from aggregator.dashboard import data, sessions
 from aggregator.dashboard.sessions import data_login_required, page_login_required
 from aggregator.estimation import decision
-from aggregator.http import estimates, export
+from aggregator.http import estimates, export, trends, windows
 from aggregator.http.errors import APIError
-from aggregator.http.routes import bounded_estimate, load_campaign
+from aggregator.http.routes import (
+    _estimate_sources,
+    bounded_estimate,
+    load_campaign,
+    request_window,
+    window_suffix,
+)
 from aggregator.services import current_settings, get_store
 from aggregator.storage.store import Campaign, CampaignNotFound
 from shared.errors import ValidationError
@@ -190,14 +196,15 @@ def campaign_page(campaign_id: str) -> Any:
         # An oracle's estimate lists its top values only (estimates.ORACLE_TOP_ROWS).
         listed_rows=estimates.ORACLE_TOP_ROWS if estimates.is_oracle(campaign.mechanism) else None,
         refresh_s=current_settings().dashboard_refresh_s,
+        window_choices=data.window_choices(campaign, store.clock()),
     )
 
 
 # -- data for the pages --------------------------------------------------------------------
 
 
-def _estimate_args(campaign: Campaign) -> tuple[str, float]:
-    unknown = sorted(set(flask.request.args) - {"method", "confidence"})
+def _estimate_args(campaign: Campaign, extra: frozenset[str] = frozenset()) -> tuple[str, float]:
+    unknown = sorted(set(flask.request.args) - {"method", "confidence", "since", "until", *extra})
     if unknown:
         raise ValidationError(
             f"unknown parameter {unknown[0]!r}", field=unknown[0], code="invalid_parameter"
@@ -218,7 +225,7 @@ def campaign_summary(campaign_id: str) -> flask.Response:
 def campaign_estimate(campaign_id: str) -> flask.Response:
     campaign = load_campaign(campaign_id)
     method, confidence = _estimate_args(campaign)
-    body, _ = bounded_estimate(campaign, method, confidence)
+    body, _ = bounded_estimate(campaign, method, confidence, request_window(campaign))
     return flask.jsonify(data.estimate_payload(campaign, body))
 
 
@@ -228,14 +235,60 @@ def download_estimate(campaign_id: str, fmt: str) -> flask.Response:
     """The estimate as a file: CSV (one line per category or cell) or the API's JSON."""
     campaign = load_campaign(campaign_id)
     method, confidence = _estimate_args(campaign)
-    body, _ = bounded_estimate(campaign, method, confidence)
+    window = request_window(campaign)
+    body, _ = bounded_estimate(campaign, method, confidence, window)
     if fmt == "csv":
         response = flask.Response(export.estimate_csv(campaign, body), mimetype="text/csv")
     else:
         response = flask.jsonify(body)
-    filename = f"{campaign.spec.id}-estimate-{method}.{fmt}"
+    filename = f"{campaign.spec.id}-estimate-{method}{window_suffix(window)}.{fmt}"
     response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
+
+
+# -- time: the trend and the comparison of the picked window -------------------------------
+
+
+@bp.get("/data/campaigns/<campaign_id>/trend")
+@data_login_required
+def campaign_trend(campaign_id: str) -> flask.Response:
+    """The trend API's body (trends.trend_response) for the picked window: its periods, at
+    least data.MIN_TREND_PERIODS of them up to its last, and its ``top`` categories (or cells).
+    Without a window, every period from the campaign's first up to now."""
+    campaign = load_campaign(campaign_id)
+    method, confidence = _estimate_args(campaign, frozenset({"top"}))
+    top = int(windows.TOP.parse(flask.request.args.get("top", str(data.TREND_TOP))))
+    store = get_store()
+    now = store.clock()
+    asked = windows.parse_window(campaign, flask.request.args, now=now)
+    window = data.trend_window(campaign, asked, now)
+    body = trends.trend_response(
+        store, campaign, method, confidence, window, top, now=now, **_estimate_sources()
+    )
+    return flask.jsonify(body)
+
+
+@bp.get("/data/campaigns/<campaign_id>/compare")
+@data_login_required
+def campaign_comparison(campaign_id: str) -> flask.Response:
+    """The comparison API's body (trends.comparison_json) of the picked window (b) with as
+    many periods just before it (a). Without a window: the current period and the one before,
+    as the API's defaults."""
+    campaign = load_campaign(campaign_id)
+    method, confidence = _estimate_args(campaign)
+    store = get_store()
+    now = store.clock()
+    b = windows.parse_window(campaign, flask.request.args, now=now)
+    b = b or windows.last_periods(campaign, 1, None, now=now)
+    a = windows.previous(b, "since")
+    sides = [
+        windows.resolve(campaign, window, now=now, retention_s=store.period_retention_s)
+        for window in (a, b)
+    ]
+    text, _ = trends.comparison_json(
+        store, campaign, method, confidence, (sides[0], sides[1]), **_estimate_sources()
+    )
+    return flask.Response(text, mimetype="application/json")
 
 
 @bp.get("/vendor/plotly.min.js")

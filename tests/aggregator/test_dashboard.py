@@ -368,7 +368,8 @@ def test_the_method_picker_offers_the_api_methods_with_the_campaigns_default_sel
     signed_in, fruit_reports, analyst
 ):
     page = signed_in.get("/dashboard/campaigns/fruit").get_data(as_text=True)
-    picker = page[page.index('<select id="method"') : page.index("</select>")]
+    start = page.index('<select id="method"')
+    picker = page[start : page.index("</select>", start)]
     options = re.findall(r'<option value="([^"]+)"( selected)?>([^<]*)</option>', picker)
     assert options and {value for value, _, _ in options} <= set(METHODS)
     default = signed_in.get("/api/v1/campaigns/fruit/estimate", headers=analyst).get_json()
@@ -742,3 +743,69 @@ def test_the_expected_error_of_a_campaign_given_by_its_domain_size_counts_every_
     post_reports(signed_in, spec, list(range(100)), seed=7)
     page = signed_in.get("/dashboard/campaigns/apps").get_data(as_text=True)
     assert "summed over the 5,000 values" in page
+
+
+# -- time: windows, the trend and the comparison ---------------------------------------------
+
+
+def test_the_dashboards_data_follow_the_window_through_the_apis_code(client, admin, app):
+    """The estimate, downloads, trend and comparison of the page take the API's window and
+    answer what the API answers for it (the store's clock places the reports in days)."""
+    import datetime
+
+    from test_windows import DAILY, Clock, send
+
+    from aggregator.services import EXTENSION
+
+    monday = datetime.datetime(2026, 11, 2, tzinfo=datetime.UTC).timestamp()
+    day = 86400.0
+    clock = Clock(monday - day)
+    with app.app_context():
+        app.extensions[EXTENSION].get().clock = clock
+    assert client.post("/api/v1/campaigns", json=DAILY, headers=admin).status_code == 201
+    send(client, "fruit", ["apple"] * 30 + ["banana"] * 10, monday, clock)
+    send(client, "fruit", ["apple"] * 10 + ["banana"] * 50, monday + day, clock)
+    clock.now = monday + day + 60
+    assert sign_in(client).status_code == 303
+    api = {"Authorization": f"Bearer {ANALYST_TOKEN}"}
+    tuesday = {"since": "2026-11-03", "until": "2026-11-03"}
+    ours = client.get("/dashboard/data/campaigns/fruit/estimate", query_string=tuesday).get_json()
+    theirs = client.get("/api/v1/campaigns/fruit/estimate", query_string=tuesday, headers=api)
+    assert ours["n"] == theirs.get_json()["n"] == 60
+    assert ours["estimates"] == theirs.get_json()["estimates"]
+    everything = client.get("/dashboard/data/campaigns/fruit/estimate").get_json()
+    assert everything["n"] == 100
+    download = client.get("/dashboard/data/campaigns/fruit/estimate.csv", query_string=tuesday)
+    assert "fruit-estimate-" in download.headers["Content-Disposition"]
+    assert "-2026-11-03-2026-11-03.csv" in download.headers["Content-Disposition"]
+    # The trend: at least a week of days up to the window's last, top categories first.
+    trend = client.get("/dashboard/data/campaigns/fruit/trend", query_string=tuesday).get_json()
+    assert [p["period"] for p in trend["periods"]][-2:] == ["2026-11-02", "2026-11-03"]
+    assert len(trend["periods"]) == 7
+    assert [p["n"] for p in trend["periods"]][-2:] == [40, 60]
+    api_trend = client.get(
+        "/api/v1/campaigns/fruit/trend",
+        query_string={"periods": 7, "until": "2026-11-03", "top": 5},
+        headers=api,
+    ).get_json()
+    assert trend["series"] == api_trend["series"]
+    # The comparison: the window against as many periods just before it.
+    compare = client.get("/dashboard/data/campaigns/fruit/compare", query_string=tuesday)
+    body = compare.get_json()
+    assert body["a"]["window"]["since"] == "2026-11-02" and body["b"]["n"] == 60
+    api_compare = client.get(
+        "/api/v1/campaigns/fruit/compare",
+        query_string={
+            "a_since": "2026-11-02",
+            "a_until": "2026-11-02",
+            **{"b_since": "2026-11-03", "b_until": "2026-11-03"},
+        },
+        headers=api,
+    ).get_json()
+    assert body["differences"] == api_compare["differences"]
+    assert any(row["excludes_zero"] for row in body["differences"])
+    # The page offers the latest day, the latest 7, all time and custom ends.
+    page = client.get("/dashboard/campaigns/fruit").get_data(as_text=True)
+    assert 'data-since="2026-11-03" data-until="2026-11-03"' in page
+    assert 'data-since="2026-10-28" data-until="2026-11-03"' in page
+    assert 'type="date" id="window-since"' in page

@@ -1258,3 +1258,188 @@ def test_every_share_is_written_one_way(tab, seeder, campaigns):
             shown = [t for row in heatmap["text"] for t in row] + heatmap["ticks"]
             assert all(t.endswith("%") and not EXPONENT.search(t) for t in shown)
     tab.assert_no_console_errors()
+
+
+# -- time: the window picker, the trend and the comparison -----------------------------------
+
+DAY_S = 86400
+# Days of reports of the "drift" campaign, the reports per day, and how its banana share rises.
+DRIFT_DAYS = 14
+DRIFT_PER_DAY = 300
+SHOTS = Path("/tmp/shots")
+
+
+def drift_shares(day: int) -> dict[str, float]:
+    """The drift campaign's true shares on day ``day`` (0 is the first): banana rises."""
+    banana = 0.10 + 0.04 * day
+    rest = (1 - banana) / 3
+    return {"apple": rest, "banana": banana, "cherry": rest, "damson": rest}
+
+
+@pytest.fixture(scope="module")
+def drift(live_server) -> dict:
+    """A k-RR campaign counted by day, with DRIFT_DAYS days of reports ending today.
+
+    The reports are placed in their days through the store's clock (the time a report is
+    received at), on the live server's Redis: no waiting for days to pass.
+    """
+    import datetime
+
+    import redis
+
+    from aggregator.storage.store import CampaignStore, StoredReport
+
+    today = datetime.datetime.now(datetime.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    first = today.timestamp() - (DRIFT_DAYS - 1) * DAY_S
+    moment = {"now": first}
+    connection = redis.Redis.from_url(live_server.redis_url)
+    store = CampaignStore(connection, clock=lambda: moment["now"])
+    spec = CampaignSpec.from_dict(
+        {
+            "id": f"dash-drift-{SUFFIX}",
+            "title": "Favourite fruit, day by day (browser test)",
+            "mechanism": "krr",
+            "epsilon": 2.0,
+            "domain": ["apple", "banana", "cherry", "damson"],
+            "period": "day",
+        }
+    )
+    store.create_campaign(spec)
+    mechanism = Mechanism.from_spec(spec)
+    rng = random.Random(45)
+    per_day = []
+    for day in range(DRIFT_DAYS):
+        moment["now"] = first + day * DAY_S + 3600
+        shares = drift_shares(day)
+        values = rng.choices(list(shares), list(shares.values()), k=DRIFT_PER_DAY)
+        reports = []
+        for value in values:
+            output = mechanism.parse_report_value(mechanism.perturb(value, rng), field="value")
+            reports.append(
+                StoredReport(
+                    str(uuid.UUID(int=rng.getrandbits(128))), output, mechanism.report_value(output)
+                )
+            )
+        store.ingest(spec.id, reports)
+        per_day.append(DRIFT_PER_DAY)
+    connection.close()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    days = [
+        (today - datetime.timedelta(days=DRIFT_DAYS - 1 - d)).date().isoformat()
+        for d in range(DRIFT_DAYS)
+    ]
+    return {"id": spec.id, "days": days, "per_day": per_day}
+
+
+def window_tab(tab_factory, signed_in_state, viewport: dict = LAPTOP, label: str = "") -> Tab:
+    tab = tab_factory(viewport=viewport, label=label, storage_state=signed_in_state)
+    return tab
+
+
+def pick(tab: Tab, choice: str, n: int) -> None:
+    tab.page.select_option("#window", choice)
+    tab.page.wait_for_selector(
+        f'main[data-window="{choice}"][data-rendered-n="{n}"]', state="attached"
+    )
+
+
+def test_the_window_picker_changes_n_and_the_chart_to_the_windows(
+    tab_factory, signed_in_state, seeder, drift
+):
+    tab = window_tab(tab_factory, signed_in_state)
+    tab.open_campaign(drift["id"])
+    total = sum(drift["per_day"])
+    tab.wait_rendered(n=total)
+    everything = chart_trace(tab.page, "estimate-chart")["y"]
+    today = drift["days"][-1]
+    pick(tab, "latest", drift["per_day"][-1])
+    assert tab.page.text_content("#estimate-n") == f"{drift['per_day'][-1]:,}"
+    latest = seeder.get(f"/campaigns/{drift['id']}/estimate?since={today}&until={today}")
+    drawn = chart_trace(tab.page, "estimate-chart")
+    by_label = {row["label"]: row["frequency"] for row in latest["estimates"]}
+    assert drawn["y"] == pytest.approx([by_label[x] for x in drawn["x"]], abs=1e-12)
+    assert drawn["y"] != everything
+    # The downloads follow the window.
+    assert f"since={today}" in tab.page.get_attribute("#download-csv", "href")
+    pick(tab, "recent", sum(drift["per_day"][-7:]))
+    # Custom ends: the first two days.
+    tab.page.select_option("#window", "custom")
+    tab.page.fill("#window-since", drift["days"][0])
+    tab.page.fill("#window-until", drift["days"][1])
+    tab.page.click("#window-apply")
+    tab.page.wait_for_selector(
+        f'main[data-window="custom"][data-rendered-n="{sum(drift["per_day"][:2])}"]',
+        state="attached",
+    )
+    tab.page.locator("#window-picker").screenshot(
+        path=str(SHOTS / "window-picker-custom-laptop.png")
+    )
+    tab.assert_no_console_errors()
+
+
+def trend_traces(page: Page) -> list[dict]:
+    return page.evaluate(
+        """() => document.getElementById('trend-chart').data.map((t) => ({
+            name: t.name, mode: t.mode, fill: t.fill || null,
+            x: Array.from(t.x), y: Array.from(t.y)}))"""
+    )
+
+
+def test_the_trend_draws_one_line_per_top_category_with_bands(
+    tab_factory, signed_in_state, seeder, drift
+):
+    tab = window_tab(tab_factory, signed_in_state)
+    tab.open_campaign(drift["id"])
+    tab.page.wait_for_selector("main[data-trend-lines]", state="attached")
+    traces = trend_traces(tab.page)
+    lines = [t for t in traces if t["mode"] == "lines+markers"]
+    bands = [t for t in traces if t["fill"] == "tonexty"]
+    trend = seeder.get(f"/campaigns/{drift['id']}/trend?periods={DRIFT_DAYS}&top=5")
+    assert [t["name"] for t in lines] == [s["label"] for s in trend["series"]]
+    assert len(lines) == len(bands) == 4
+    for line, series in zip(lines, trend["series"], strict=True):
+        assert line["x"] == drift["days"]
+        assert line["y"] == pytest.approx(series["frequency"], abs=1e-12)
+    banana = next(s for s in trend["series"] if s["label"] == "banana")
+    assert banana["frequency"][-1] > banana["frequency"][0] + 0.2
+    tab.page.locator("#trend-section").screenshot(path=str(SHOTS / "trend-laptop.png"))
+    tab.assert_no_console_errors()
+
+
+def test_the_comparison_lists_differences_and_marks_the_clearly_non_zero(
+    tab_factory, signed_in_state, seeder, drift
+):
+    for viewport, label in ((LAPTOP, "laptop"), (PHONE, "phone")):
+        tab = window_tab(tab_factory, signed_in_state, viewport, label)
+        tab.open_campaign(drift["id"])
+        pick(tab, "recent", sum(drift["per_day"][-7:]))
+        tab.page.wait_for_selector("main[data-compare-marked]", state="attached")
+        days = drift["days"]
+        body = seeder.get(
+            f"/campaigns/{drift['id']}/compare?a_since={days[0]}&a_until={days[6]}"
+            f"&b_since={days[7]}&b_until={days[13]}"
+        )
+        rows = tab.page.locator("#compare-table tbody tr")
+        assert rows.count() == len(body["differences"]) == 4
+        marked = {r["label"] for r in body["differences"] if r["excludes_zero"]}
+        assert "banana" in marked
+        for i in range(rows.count()):
+            row = rows.nth(i)
+            category = row.locator("th").text_content()
+            expected = next(r for r in body["differences"] if r["label"] == category)
+            assert row.get_attribute("data-excludes-zero") == str(category in marked).lower()
+            change = row.locator("td").nth(1).text_content()
+            assert change.startswith(
+                ("+" if expected["difference"] > 0 else "") + share_text(expected["difference"])
+            )
+            assert ("▲" in change or "▼" in change) == (category in marked)
+        assert tab.page.get_attribute("main", "data-compare-marked") == str(len(marked))
+        if label == "phone":
+            width = tab.page.evaluate("() => document.documentElement.scrollWidth")
+            assert width <= PHONE["width"]
+        tab.page.locator("#window-picker").screenshot(
+            path=str(SHOTS / f"window-picker-{label}.png")
+        )
+        tab.page.locator("#trend-section").screenshot(path=str(SHOTS / f"trend-{label}.png"))
+        tab.page.locator("#compare-section").screenshot(path=str(SHOTS / f"compare-{label}.png"))
+        tab.assert_no_console_errors()

@@ -74,7 +74,7 @@
   }
 
   function withMethod(url) {
-    return url + "?method=" + encodeURIComponent(methodSelect.value);
+    return url + "?method=" + encodeURIComponent(methodSelect.value) + windowQuery();
   }
 
   /* plotly reads a few HTML tags in text; labels are shown literally. */
@@ -697,6 +697,183 @@
     document.getElementById("download-json").href = withMethod(cfg.jsonUrl);
   }
 
+  /* -- time: the window picker, the trend and the comparison ------------------------------ */
+
+  var windowSelect = document.getElementById("window");
+  // The window picked: period keys (empty: open end); both empty is all time.
+  var picked = { since: "", until: "" };
+  // Colours of the trend's lines, one per followed category (a colour-blind-safe set).
+  var TREND_COLOURS = ["#2f6fb3", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9",
+    "#8c564b", "#7f7f7f", "#bcbd22", "#000000"];
+  // The comparison lists at most this many rows: the largest changes first.
+  var COMPARE_ROWS = 20;
+
+  function windowQuery() {
+    var query = "";
+    if (picked.since) {
+      query += "&since=" + encodeURIComponent(picked.since);
+    }
+    if (picked.until) {
+      query += "&until=" + encodeURIComponent(picked.until);
+    }
+    return query;
+  }
+
+  /* The picker's choice as since/until; the estimate, downloads, trend and comparison follow. */
+  function applyWindow() {
+    var option = windowSelect.selectedOptions[0];
+    if (windowSelect.value === "custom") {
+      picked = {
+        since: document.getElementById("window-since").value,
+        until: document.getElementById("window-until").value,
+      };
+    } else {
+      picked = { since: option.dataset.since, until: option.dataset.until };
+    }
+    root.dataset.window = windowSelect.value;
+    updateDownloads();
+    refreshEstimate().catch(fail);
+  }
+
+  /* Which window the estimate shown is over, and its number of reports. */
+  function showWindow(estimate) {
+    var w = estimate.window;
+    setText("window-shown", (w ? "Showing " + windowText(w) : "Showing all time") + ": " +
+      estimate.n.toLocaleString("en") + " reports.");
+    root.dataset.renderedWindow = windowQuery();
+  }
+
+  function windowText(w) {
+    return w.since === w.until ? w.since : w.since + " to " + w.until;
+  }
+
+  function hexToRgba(hex, alpha) {
+    var n = parseInt(hex.slice(1), 16);
+    return "rgba(" + (n >> 16) + ", " + ((n >> 8) & 255) + ", " + (n & 255) + ", " + alpha + ")";
+  }
+
+  /* One line per followed category (or cell) over the periods, each with its interval as a
+   * band of its own colour: the trend API's body as the dashboard's trend endpoint gives it. */
+  function renderTrend(trend) {
+    var x = trend.periods.map(function (p) { return p.period; });
+    var level = percent(trend.confidence, 0);
+    var traces = [];
+    var top = 0;
+    var low = 0;
+    trend.series.forEach(function (line, i) {
+      var colour = TREND_COLOURS[i % TREND_COLOURS.length];
+      var name = escapeLabel(line.label);
+      traces.push({
+        type: "scatter", mode: "lines", x: x, y: line.ci_low, name: name + " band",
+        legendgroup: name, line: { width: 0 }, hoverinfo: "skip", showlegend: false,
+        connectgaps: false,
+      });
+      traces.push({
+        type: "scatter", mode: "lines", x: x, y: line.ci_high, name: name + " band",
+        legendgroup: name, fill: "tonexty", fillcolor: hexToRgba(colour, 0.15),
+        line: { width: 0 }, hoverinfo: "skip", showlegend: false, connectgaps: false,
+      });
+      traces.push({
+        type: "scatter", mode: "lines+markers", x: x, y: line.frequency, name: name,
+        legendgroup: name, line: { color: colour, width: 2 }, marker: { size: 5 },
+        customdata: line.frequency.map(function (f, j) {
+          return [formatShare(f), formatShare(line.ci_low[j]), formatShare(line.ci_high[j]),
+            trend.periods[j].n.toLocaleString("en")];
+        }),
+        hovertemplate: "<b>" + name + "</b>, %{x}<br>estimate %{customdata[0]}<br>" + level +
+          " interval %{customdata[1]} to %{customdata[2]}<br>n %{customdata[3]}<extra></extra>",
+      });
+      line.ci_high.forEach(function (v) { if (v !== null) { top = Math.max(top, v); } });
+      line.ci_low.forEach(function (v) { if (v !== null) { low = Math.min(low, v); } });
+    });
+    // The legend above the plot, on as many lines as the width needs.
+    var legendLines = Math.ceil(trend.series.length / (window.innerWidth < 600 ? 2 : 5));
+    var layout = baseLayout({
+      xaxis: axis("", { type: "category", automargin: true }),
+      yaxis: axis("share of reporters", Object.assign({ zeroline: true }, linearShareAxis(low, top))),
+      showlegend: true,
+      legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" },
+    });
+    layout.margin = Object.assign({}, layout.margin, { t: 16 + 24 * legendLines });
+    Plotly.react("trend-chart", traces, layout, plotConfig);
+    setText("trend-caption", "The estimated share of the " + trend.series.length +
+      (planar ? " cells" : " categories") + " with the largest shares over " +
+      windowText(trend.window) + ", per " + root.dataset.periodUnit + " (" +
+      trend.n.toLocaleString("en") + " reports); each band is the " + level +
+      " interval of its " + root.dataset.periodUnit + ".");
+    var message = document.getElementById("trend-message");
+    message.textContent = (trend.warnings || []).join(" ");
+    message.hidden = !(trend.warnings || []).length;
+    root.dataset.trendLines = String(trend.series.length);
+  }
+
+  /* Each category's change from the window before to the picked one, with its interval; a
+   * change whose interval leaves out 0 (the API's excludes_zero) is marked. */
+  function renderComparison(body) {
+    var rows = body.differences.slice().sort(function (p, q) {
+      return Math.abs(q.difference) - Math.abs(p.difference);
+    }).slice(0, COMPARE_ROWS);
+    var tbody = document.querySelector("#compare-table tbody");
+    var fragment = document.createDocumentFragment();
+    rows.forEach(function (r) {
+      var tr = document.createElement("tr");
+      tr.className = r.excludes_zero ? "marked" : "";
+      tr.dataset.excludesZero = String(r.excludes_zero);
+      var th = document.createElement("th");
+      th.scope = "row";
+      th.textContent = r.label;
+      tr.appendChild(th);
+      var mark = r.excludes_zero ? (r.difference > 0 ? " ▲" : " ▼") : "";
+      var shares = document.createElement("td");
+      shares.className = "num";
+      shares.textContent = formatShare(r.a) + " → " + formatShare(r.b);
+      var change = document.createElement("td");
+      change.className = "num change";
+      var interval = document.createElement("span");
+      interval.className = "interval";
+      interval.textContent = formatShare(r.ci_low) + " to " + formatShare(r.ci_high);
+      change.append((r.difference > 0 ? "+" : "") + formatShare(r.difference) + mark, interval);
+      tr.append(shares, change);
+      if (r.excludes_zero) {
+        tr.title = "clearly " + (r.difference > 0 ? "up" : "down") + ": the interval leaves out 0";
+      }
+      fragment.appendChild(tr);
+    });
+    tbody.replaceChildren(fragment);
+    var level = percent(body.confidence, 0);
+    setText("compare-caption", windowText(body.b.window) + " (n " + body.b.n.toLocaleString("en") +
+      ") against " + windowText(body.a.window) + " (n " + body.a.n.toLocaleString("en") + "): " +
+      (rows.length < body.differences.length ? "the " + rows.length + " largest changes of " +
+        body.differences.length : "every change") + ", with " + level + " intervals; " +
+      body.excluding_zero + " marked ▲ or ▼");
+    setText("compare-note", (body.differences.length ? "▲ ▼ mark a change whose " + level +
+      " interval leaves out 0: clearly up or down. Each interval holds on its own, so among " +
+      "many categories that did not change about " + percent(1 - body.confidence, 0) +
+      " are marked by chance. " : "") + (body.warnings || []).join(" "));
+    root.dataset.compareMarked = String(body.excluding_zero);
+  }
+
+  /* The trend and the comparison of the picked window, fetched with the estimate. */
+  function refreshTime() {
+    var asked = methodSelect.value + windowQuery();
+    getJSON(withMethod(cfg.trendUrl)).then(function (trend) {
+      if (asked === methodSelect.value + windowQuery()) {
+        renderTrend(trend);
+      }
+    }).catch(function (error) {
+      var message = document.getElementById("trend-message");
+      message.textContent = error.message || String(error);
+      message.hidden = false;
+    });
+    getJSON(withMethod(cfg.compareUrl)).then(function (body) {
+      if (asked === methodSelect.value + windowQuery()) {
+        renderComparison(body);
+      }
+    }).catch(function (error) {
+      setText("compare-note", error.message || String(error));
+    });
+  }
+
   /* -- polling ------------------------------------------------------------------------- */
 
   function stamp() {
@@ -722,23 +899,26 @@
    * is never asked for again while it is being computed. */
   function refreshEstimate() {
     var method = methodSelect.value;
-    var key = method + "@" + state.n;
+    var key = method + windowQuery() + "@" + state.n;
     if (key === state.estimateKey || Date.now() < (state.retryAt[key] || 0)) {
       return Promise.resolve();
     }
-    if (state.pending[method]) {
-      return state.pending[method];
+    var asked = method + windowQuery();
+    if (state.pending[asked]) {
+      return state.pending[asked];
     }
     setBusy(true);
     var request = getJSON(withMethod(cfg.estimateUrl))
       .then(
         function (estimate) {
-          if (estimate.method !== methodSelect.value) {
-            return; // the estimator was switched meanwhile; its own request draws the chart
+          if (estimate.method !== methodSelect.value || asked !== method + windowQuery()) {
+            return; // the estimator or window was switched meanwhile; its own request draws
           }
           state.estimate = estimate;
-          state.estimateKey = estimate.method + "@" + estimate.n;
+          state.estimateKey = key;
           renderEstimate(estimate);
+          showWindow(estimate);
+          refreshTime();
         },
         function (error) {
           if (error instanceof ApiError && error.status === 422) {
@@ -758,10 +938,10 @@
         }
       )
       .finally(function () {
-        delete state.pending[method];
+        delete state.pending[asked];
         setBusy(Object.keys(state.pending).length > 0);
       });
-    state.pending[method] = request;
+    state.pending[asked] = request;
     return request;
   }
 
@@ -817,6 +997,18 @@
     if (!state.stopped) {
       refresh();
     }
+  });
+
+  windowSelect.addEventListener("change", function () {
+    var custom = windowSelect.value === "custom";
+    document.querySelectorAll(".window-custom").forEach(function (el) { el.hidden = !custom; });
+    if (!custom) {
+      applyWindow();
+    }
+  });
+  document.getElementById("window-picker").addEventListener("submit", function (event) {
+    event.preventDefault();
+    applyWindow();
   });
 
   updateDownloads();
