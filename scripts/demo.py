@@ -11,6 +11,13 @@ server's store) and says so; ``--fresh`` starts afresh, deleting the demo's
 data directory first, and refuses when that directory holds campaigns that are
 not the demo's.
 
+The commute campaign shows time: it is counted by day and holds DRIFT_DAYS days
+of reports ending today, the share who bike rising day by day. A server stamps a
+report with the time it received it and no request can backdate one, so the
+days before today are written into the server's store directly, each at its
+day's time (the store's ``ingest``, as the server would have stored them then;
+each report perturbed by the client's mechanism); today's go through the client.
+
 Only the standard library is imported before the options are read, so that
 ``--help`` answers before anything is installed (``scripts/demo.sh`` asks it
 first); ``DEMO_COMMAND`` is the command the help names.
@@ -44,8 +51,18 @@ COMMUTE: dict[str, Any] = {
     "mechanism": "krr",
     "epsilon": 1.0,
     "domain": ["walk", "bike", "bus", "train", "car", "scooter", "other"],
+    # One report per device per day: the campaign the demo fills over several days.
+    "period": "day",
 }
 COMMUTE_ZIPF = 1.1
+# The commute campaign shows time: DRIFT_DAYS days of reports ending today, the share who
+# bike rising by DRIFT_STEP a day from DRIFT_START (8% to 34%), the other modes keeping their
+# Zipf proportions among the rest.
+DRIFT_DAYS = 14
+DRIFT_MODE = "bike"
+DRIFT_START = 0.08
+DRIFT_STEP = 0.02
+DAY_S = 86400
 VACCINATED: dict[str, Any] = {
     "id": "flu-shot",
     "title": "Did you get a flu shot this year?",
@@ -100,10 +117,11 @@ def _populations(users: int) -> list[tuple[dict, Any, int, str]]:
     return [
         (
             COMMUTE,
-            Population.zipf(len(modes), COMMUTE_ZIPF, modes),
+            Population.from_weights(_commute_shares(DRIFT_DAYS - 1), modes),
             users,
-            f"simulated users whose answers follow Zipf's law (exponent {COMMUTE_ZIPF:g}) over "
-            f"the {len(modes)} modes, in the order listed",
+            f"simulated users today whose answers follow Zipf's law (exponent {COMMUTE_ZIPF:g}) "
+            f"over the {len(modes)} modes, in the order listed, but for the share who "
+            f"{DRIFT_MODE}: {_commute_shares(DRIFT_DAYS - 1)[modes.index(DRIFT_MODE)]:.0%} today",
         ),
         (
             VACCINATED,
@@ -113,6 +131,96 @@ def _populations(users: int) -> list[tuple[dict, Any, int, str]]:
         ),
         (DOWNTOWN, places, 2 * users, f"simulated users {where}"),
     ]
+
+
+def _commute_shares(day: int) -> list[float]:
+    """The commute population's shares on day ``day`` of DRIFT_DAYS (0 the first): Zipf's law
+    over the modes, but DRIFT_MODE's share is DRIFT_START + DRIFT_STEP * day."""
+    modes = COMMUTE["domain"]
+    zipf = [1 / (rank + 1) ** COMMUTE_ZIPF for rank in range(len(modes))]
+    drifting = modes.index(DRIFT_MODE)
+    share = DRIFT_START + DRIFT_STEP * day
+    rest = sum(weight for i, weight in enumerate(zipf) if i != drifting)
+    return [share if i == drifting else (1 - share) * w / rest for i, w in enumerate(zipf)]
+
+
+def _fill_earlier_days(env: dict[str, str], users: int) -> int:
+    """Create the commute campaign DRIFT_DAYS - 1 days ago and store ``users`` reports for each
+    day before today, stamped with their day (noon UTC); the number stored.
+
+    A server stamps a report with the time it received it, and no request can backdate one:
+    so the earlier days are written into the server's store directly, as the server would have
+    stored them then (the store's ``ingest`` at that time), each report perturbed by the same
+    mechanism the client runs. Today's reports go through the client and the server.
+    """
+    import random
+    import uuid
+
+    from aggregator.services import open_store
+    from aggregator.settings import Settings
+    from aggregator.storage.redis_server import EmbeddedRedis
+    from aggregator.storage.store import StoredReport
+    from shared.mechanisms import Mechanism
+    from shared.spec import CampaignSpec
+
+    url = env.get("LDP_REDIS_URL") or EmbeddedRedis(env["LDP_DATA_DIR"]).url
+    store, connection = open_store(url, Settings.from_env(env))
+    spec = CampaignSpec.from_dict(COMMUTE)
+    mechanism = Mechanism.from_spec(spec)
+    today = int(time.time() // DAY_S) * DAY_S
+    first = today - (DRIFT_DAYS - 1) * DAY_S
+    rng = random.Random()
+    stored = 0
+    try:
+        store.create_campaign(spec, now=first)
+        for day in range(DRIFT_DAYS - 1):
+            values = rng.choices(COMMUTE["domain"], _commute_shares(day), k=users)
+            reports = []
+            for value in values:
+                output = mechanism.parse_report_value(mechanism.perturb(value, rng), field="value")
+                reports.append(
+                    StoredReport(str(uuid.uuid4()), output, mechanism.report_value(output))
+                )
+            for start in range(0, len(reports), 1000):
+                batch = reports[start : start + 1000]
+                store.ingest(spec.id, batch, now=first + day * DAY_S + DAY_S / 2)
+            stored += len(reports)
+    finally:
+        connection.close()
+    return stored
+
+
+def _say_what_drifted(url: str, analyst_token: str) -> None:
+    """The compare API's change of DRIFT_MODE, the last 7 days against the 7 before."""
+    import requests
+
+    today = int(time.time() // DAY_S) * DAY_S
+
+    def day(offset: int) -> str:
+        return time.strftime("%Y-%m-%d", time.gmtime(today - offset * DAY_S))
+
+    window = {"a_since": day(13), "a_until": day(7), "b_since": day(6), "b_until": day(0)}
+    answer = requests.get(
+        f"{url}/api/v1/campaigns/{COMMUTE['id']}/compare",
+        params=window,
+        headers={"Authorization": f"Bearer {analyst_token}"},
+        timeout=60,
+    )
+    answer.raise_for_status()
+    row = next(r for r in answer.json()["differences"] if r["label"] == DRIFT_MODE)
+    verdict = (
+        "clearly up"
+        if row["excludes_zero"] and row["difference"] > 0
+        else ("clearly down" if row["excludes_zero"] else "not clearly changed at this n")
+    )
+    print(
+        f"{COMMUTE['id']} shows time: the share who {DRIFT_MODE} rose by "
+        f"{100 * DRIFT_STEP:g} points a day over {DRIFT_DAYS} days; estimated change, last 7 "
+        f"days against the 7 before: {100 * row['difference']:+.1f} points (95% interval "
+        f"{100 * row['ci_low']:+.1f} to {100 * row['ci_high']:+.1f}), {verdict}. See its "
+        "page's window picker, trend and comparison.",
+        flush=True,
+    )
 
 
 def _wait_until_up(process: Any, url: str, seconds: float = STARTUP_SECONDS) -> None:
@@ -300,7 +408,14 @@ def _start_afresh(server: _Server, analyst_token: str, external_redis: bool) -> 
     server.start()
 
 
-def _fill(server: _Server, users: int, admin_token: str, analyst_token: str, where: str) -> None:
+def _fill(
+    server: _Server,
+    users: int,
+    admin_token: str,
+    analyst_token: str,
+    where: str,
+    env: dict[str, str],
+) -> None:
     """Fill each demo campaign not filled yet, saying where its users' answers come from."""
     from aggregator.http.estimates import default_method
     from shared.mechanisms import Mechanism
@@ -315,6 +430,16 @@ def _fill(server: _Server, users: int, admin_token: str, analyst_token: str, whe
                 f"none added ({COMMAND} --fresh starts afresh)."
             )
             continue
+        if spec is COMMUTE:
+            earlier = _fill_earlier_days(env, n)
+            print(
+                f"{spec['id']}: {earlier} reports of the {DRIFT_DAYS - 1} days before today "
+                f"({n} a day) stored with their day's time, the share who {DRIFT_MODE} rising "
+                f"from {DRIFT_START:.0%} by {100 * DRIFT_STEP:g} points a day (a server stamps "
+                "the time it received a report, so earlier days are written into its store "
+                "directly).",
+                flush=True,
+            )
         print(f"{spec['id']}: {n} {source}; they report through the client ...")
         method = default_method(Mechanism.from_spec(CampaignSpec.from_dict(spec)))
         result = run_via_server(
@@ -329,7 +454,11 @@ def _fill(server: _Server, users: int, admin_token: str, analyst_token: str, whe
         )
         score = result.scores.get(method)
         accuracy = f", {method} total variation {score.tv:.3f}" if score else ""
+        if spec is COMMUTE:
+            accuracy = ""  # the estimate is over every day, the population today's only
         print(f"{spec['id']}: {result.delivered} reports delivered{accuracy}.", flush=True)
+        if spec is COMMUTE:
+            _say_what_drifted(server.url, analyst_token)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -359,7 +488,7 @@ def run(args: argparse.Namespace) -> None:
         if args.fresh:
             _start_afresh(server, analyst_token, external_redis)
         print(f"Aggregator up at {server.url} (Redis: {where}).", flush=True)
-        _fill(server, args.users, admin_token, analyst_token, where)
+        _fill(server, args.users, admin_token, analyst_token, where, env)
         print("")
         print(f"Dashboard:      {server.url}/dashboard/")
         print(f"Analyst token:  {analyst_token}   (sign in with it)")

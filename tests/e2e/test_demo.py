@@ -161,7 +161,11 @@ def test_demo_fills_campaigns_says_whose_data_and_prints_the_dashboard(tmp_path)
     delivered = dict(DELIVERED.findall(out))
     assert delivered == {"commute-mode": "40", "flu-shot": "40", "sf-downtown": "80"}
     # Where each campaign's users come from; the map's, from the check-ins when present.
-    assert "commute-mode: 40 simulated users whose answers follow Zipf's law" in out
+    assert "commute-mode: 40 simulated users today whose answers follow Zipf's law" in out
+    # The commute campaign shows time: 13 earlier days of 40 reports, and what drifted.
+    assert "commute-mode: 520 reports of the 13 days before today (40 a day) stored" in out
+    assert "the share who bike rising from 8% by 2 points a day" in out
+    assert "commute-mode shows time: the share who bike rose by 2 points a day" in out
     assert "flu-shot: 40 simulated users, 65% of them vaccinated" in out
     gowalla = load_demo().GOWALLA
     if gowalla.is_file():
@@ -175,7 +179,8 @@ def test_demo_fills_campaigns_says_whose_data_and_prints_the_dashboard(tmp_path)
     again = run_demo(data_dir, port)
     assert again.returncode == 0, again.stdout + again.stderr
     assert DELIVERED.findall(again.stdout) == []
-    for campaign_id, n in delivered.items():
+    kept = {**delivered, "commute-mode": "560"}  # 14 days of 40
+    for campaign_id, n in kept.items():
         assert (
             f"{campaign_id}: kept the {n} reports of an earlier run in {data_dir}; none added "
             "(python scripts/demo.py --fresh starts afresh)."
