@@ -363,7 +363,7 @@ def costs_section(rows: list[tuple[str, dict, str]], days: int, per_day: int) ->
         "periods does not change when reports arrive today: it is found by its counts' digest. "
         "Every estimate of the estimate endpoint, windowed or not, runs the poisoning check, "
         "whose simulation of the noise floor (`aggregator/estimation/poisoning.py`) takes "
-        "tenths of a second at k = 1,000 for each new n (last row): most of a first request. The trend's "
+        "most of a first request at k = 1,000 for each new n (last row). The trend's "
         "estimates leave the check out (it does not show it): computed, it reads its 30 days "
         "in one pipeline and runs 31 estimates; after a new report it recomputes today's and "
         "the whole window's and finds the 29 others by their counts' digest. The last three "
