@@ -210,6 +210,10 @@ def test_fresh_refuses_a_data_directory_with_other_campaigns(tmp_path):
     assert (data_dir / "appendonly.aof").exists()  # the store is still there
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_ends_the_demo_quietly(tmp_path):
     """Ctrl-C reaches the demo and every process of its server: no traceback anywhere (each
     gevent worker logged ``SystemExit: 0`` with one)."""
@@ -230,6 +234,9 @@ def test_ctrl_c_ends_the_demo_quietly(tmp_path):
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # As a terminal's foreground job has it: a SIGINT ignored by the test's own process
+            # (inherited from how the suite was started) must not make the demo deaf to Ctrl-C.
+            preexec_fn=_default_sigint,
         )
     try:
         deadline = time.monotonic() + 300
