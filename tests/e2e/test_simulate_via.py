@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import requests
 from click.testing import CliRunner
 from support import unique_id
@@ -84,14 +85,23 @@ def test_end_to_end_accuracy_matches_the_in_process_simulation(live_server):
         assert low <= server_tv <= high, (row.method, server_tv, row.scores.tv, row.scores_sd.tv)
 
 
-def test_end_to_end_locations_are_scored_by_earth_movers_distance(live_server):
+@pytest.mark.parametrize(
+    ("mechanism", "epsilon", "method"),
+    [("planar_laplace", 0.01, "ibu"), ("krr", 3.0, "smoothed_projection")],
+    ids=["planar", "krr-over-cells"],
+)
+def test_end_to_end_locations_are_scored_by_earth_movers_distance(
+    live_server, mechanism, epsilon, method
+):
+    """Planar Laplace, and the k-RR side of the comparison with it: a region campaign whose
+    locations the real client snaps and perturbs, estimated by the service's default for it."""
     grid = Grid(Region(48.10, 48.1135, 11.50, 11.5201), 250.0)
     spec = CampaignSpec.from_dict(
         {
             "id": unique_id("where"),
             "title": "Where",
-            "mechanism": "planar_laplace",
-            "epsilon": 0.01,
+            "mechanism": mechanism,
+            "epsilon": epsilon,
             "region": grid.region.to_dict(),
             "cell_size_m": 250.0,
         }
@@ -104,46 +114,15 @@ def test_end_to_end_locations_are_scored_by_earth_movers_distance(live_server):
         150,
         admin_token=live_server.admin_token,
         analyst_token=live_server.analyst_token,
-        methods=("ibu",),
+        methods=(method,),
         progress=False,
     )
     assert (result.delivered, result.server_n) == (150, 150)
-    assert result.scores["ibu"].emd_m is not None and result.scores["ibu"].emd_m >= 0
-    assert result.in_process["ibu"].emd_m is not None
-    assert_server_runs_our_estimators(result, Mechanism.from_spec(spec), ["ibu"])
-    assert result.responses["ibu"]["grid"]["rows"] == spec.grid.rows
-
-
-def test_krr_over_a_region_s_cells_goes_through_the_real_campaign_path(live_server):
-    """The k-RR side of the comparison with planar Laplace: a region campaign, locations
-    snapped and perturbed by the real client, estimated by the service's default for it."""
-    grid = Grid(Region(48.10, 48.1135, 11.50, 11.5201), 250.0)
-    spec = CampaignSpec.from_dict(
-        {
-            "id": unique_id("cells"),
-            "title": "Cells",
-            "mechanism": "krr",
-            "epsilon": 3.0,
-            "region": grid.region.to_dict(),
-            "cell_size_m": 250.0,
-        }
-    )
-    city = Population.clustered_city(spec.grid, hotspots=2, seed=1)
-    result = run_via_server(
-        live_server.url,
-        spec.to_dict(),
-        city,
-        150,
-        admin_token=live_server.admin_token,
-        analyst_token=live_server.analyst_token,
-        methods=("smoothed_projection",),
-        progress=False,
-    )
-    assert (result.delivered, result.server_n) == (150, 150)
-    body = result.responses["smoothed_projection"]
-    assert body["method"] == "smoothed_projection" and body["grid"]["rows"] == spec.grid.rows
-    assert result.scores["smoothed_projection"].emd_m is not None
-    assert_server_runs_our_estimators(result, Mechanism.from_spec(spec), ["smoothed_projection"])
+    assert result.scores[method].emd_m is not None and result.scores[method].emd_m >= 0
+    assert result.in_process[method].emd_m is not None
+    assert_server_runs_our_estimators(result, Mechanism.from_spec(spec), [method])
+    body = result.responses[method]
+    assert body["method"] == method and body["grid"]["rows"] == spec.grid.rows
 
 
 def test_the_command_creates_then_reuses_a_campaign(live_server):
