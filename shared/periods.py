@@ -36,15 +36,22 @@ def period_key(period: str, timestamp: float) -> str:
     raise ValueError(f"unknown period {period!r}; expected one of {', '.join(PERIODS)}")
 
 
+def period_start(period: str, key: str) -> datetime.datetime:
+    """When the ``day`` or ``week`` period named ``key`` begins (UTC)."""
+    if period == DAY:
+        day = datetime.date.fromisoformat(key)
+    elif period == WEEK:
+        year, week = key.split("-W")
+        day = datetime.date.fromisocalendar(int(year), int(week), 1)
+    else:
+        raise ValueError(f"a {period!r} period has no start; expected day or week")
+    return datetime.datetime.combine(day, datetime.time(), tzinfo=datetime.UTC)
+
+
 def next_period_start(period: str, key: str) -> datetime.datetime | None:
     """When the period after the one named ``key`` begins (UTC); None for ``once``."""
     if period == ONCE:
         return None
-    if period == DAY:
-        start = datetime.date.fromisoformat(key) + datetime.timedelta(days=1)
-    elif period == WEEK:
-        year, week = key.split("-W")
-        start = datetime.date.fromisocalendar(int(year), int(week), 1) + datetime.timedelta(days=7)
-    else:
+    if period not in PERIODS:
         raise ValueError(f"unknown period {period!r}; expected one of {', '.join(PERIODS)}")
-    return datetime.datetime.combine(start, datetime.time(), tzinfo=datetime.UTC)
+    return period_start(period, key) + datetime.timedelta(days=1 if period == DAY else 7)

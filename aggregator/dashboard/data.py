@@ -19,19 +19,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aggregator.estimation import decision
-from aggregator.estimation.advice import expected_error, oracle_mse
+from aggregator.estimation.advice import expected_error
 from aggregator.http.windows import MAX_TREND_PERIODS
 from aggregator.storage import periods
 from aggregator.storage.periods import Window
 from aggregator.storage.store import Campaign, CampaignStore
 from shared.spec import (
-    CELL_MECHANISMS,
     EXPONENTIAL_GRID,
     GEOMETRIC,
     HADAMARD_RESPONSE,
     OLH_NAME,
     PLANAR_LAPLACE,
-    CampaignSpec,
 )
 
 MECHANISM_NAMES = {
@@ -169,18 +167,8 @@ def decimal_text(value: float) -> str:
     return f"{value:.{decimals}f}"
 
 
-@functools.lru_cache(maxsize=256)
-def _error_at_one_report(spec: CampaignSpec) -> dict[str, Any] | None:
-    """The advisor's expected error at n = 1; the squared error scales as 1 / n.
-
-    A categorical oracle over a region's cells has the oracle's closed form over as many
-    values as the grid has cells (the advisor reads the size of a domain of labels only).
-    """
-    unit = expected_error(spec, 1)
-    if unit is None and spec.grid is not None and spec.mechanism in CELL_MECHANISMS:
-        mse = oracle_mse(spec.mechanism, spec.grid.n_cells, spec.epsilon, 1)
-        return {"expected_mse": mse, "basis": "closed form, over the region's cells"}
-    return unit
+# The advisor's expected error at n = 1, per spec: the squared error scales as 1 / n.
+_error_at_one_report = functools.lru_cache(maxsize=256)(functools.partial(expected_error, n=1))
 
 
 def expected_error_at(campaign: Campaign) -> dict[str, Any]:

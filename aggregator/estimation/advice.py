@@ -429,8 +429,13 @@ def expected_error(spec: CampaignSpec, n: int) -> dict[str, Any] | None:
     if spec.mechanism == GEOMETRIC and spec.lo is not None and spec.hi is not None:
         mse = geometric_mse(spec.hi - spec.lo + 1, spec.epsilon, n)
         return {"expected_mse": mse, "basis": CLOSED_FORM + " (uniform users)"}
+    if spec.mechanism not in CATEGORICAL_MECHANISMS:
+        return None
+    if spec.region is not None:  # over the region's cells: the oracle's form over as many
+        mse = oracle_mse(spec.mechanism, spec.grid.n_cells, spec.epsilon, n)
+        return {"expected_mse": mse, "basis": f"{CLOSED_FORM}, over the region's cells"}
     k = spec.domain_size if spec.domain is None else len(spec.domain)
-    if k is not None and spec.mechanism in CATEGORICAL_MECHANISMS:
+    if k is not None:
         mse = oracle_mse(spec.mechanism, k, spec.epsilon, n)
         return {"expected_mse": mse, "basis": CLOSED_FORM}
     return None

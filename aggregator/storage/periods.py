@@ -18,7 +18,7 @@ import datetime
 import re
 from dataclasses import dataclass
 
-from shared.periods import DAY, ONCE, WEEK, next_period_start, period_key
+from shared.periods import DAY, ONCE, WEEK, next_period_start, period_key, period_start
 
 # The units counts are kept by: a ``once`` campaign is counted by day.
 UNITS = (DAY, WEEK)
@@ -47,12 +47,7 @@ def key_at(unit: str, timestamp: float) -> str:
 
 def start_of(unit: str, key: str) -> datetime.datetime:
     """When the period ``key`` begins (UTC)."""
-    if unit == DAY:
-        day = datetime.date.fromisoformat(key)
-    else:
-        year, week = key.split("-W")
-        day = datetime.date.fromisocalendar(int(year), int(week), 1)
-    return datetime.datetime.combine(day, datetime.time(), tzinfo=datetime.UTC)
+    return period_start(unit, key)
 
 
 def end_of(unit: str, key: str) -> datetime.datetime:
