@@ -63,8 +63,9 @@ from bench_bare_app import BARE_LUA, bare_ingest, create_bare_app  # noqa: E402
 from benchlib import free_port, write_section  # noqa: E402
 
 from aggregator.app import create_app  # noqa: E402
+from aggregator.storage.ingest import StoredReport  # noqa: E402
 from aggregator.storage.redis_server import DEFAULT_FSYNC, EmbeddedRedis  # noqa: E402
-from aggregator.storage.store import CampaignStore, StoredReport  # noqa: E402
+from aggregator.storage.store import CampaignStore  # noqa: E402
 from shared.mechanisms import Mechanism  # noqa: E402
 from shared.spec import CampaignSpec  # noqa: E402
 

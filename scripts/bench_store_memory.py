@@ -49,8 +49,9 @@ import benchlib
 
 from aggregator.storage import layout as layouts
 from aggregator.storage import periods
+from aggregator.storage.ingest import StoredReport
 from aggregator.storage.redis_server import EmbeddedRedis
-from aggregator.storage.store import CampaignStore, StoredReport
+from aggregator.storage.store import CampaignStore
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
 

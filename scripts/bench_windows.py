@@ -60,9 +60,10 @@ from aggregator.http.estimates import count_vector, estimate_response  # noqa: E
 from aggregator.http.trends import comparison_body  # noqa: E402
 from aggregator.http.windows import WindowRead  # noqa: E402
 from aggregator.storage import periods  # noqa: E402
+from aggregator.storage.ingest import StoredReport  # noqa: E402
 from aggregator.storage.periods import Window  # noqa: E402
 from aggregator.storage.redis_server import EmbeddedRedis  # noqa: E402
-from aggregator.storage.store import Campaign, CampaignStore, StoredReport  # noqa: E402
+from aggregator.storage.store import Campaign, CampaignStore  # noqa: E402
 from scripts.benchlib import free_port, write_section  # noqa: E402
 from shared.mechanisms import Mechanism  # noqa: E402
 from shared.spec import CampaignSpec  # noqa: E402

@@ -158,8 +158,8 @@ def _fill_earlier_days(env: dict[str, str], users: int) -> int:
 
     from aggregator.services import open_store
     from aggregator.settings import Settings
+    from aggregator.storage.ingest import StoredReport
     from aggregator.storage.redis_server import EmbeddedRedis
-    from aggregator.storage.store import StoredReport
     from shared.mechanisms import Mechanism
     from shared.spec import CampaignSpec
 

@@ -40,8 +40,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from aggregator.storage.ingest import StoredReport  # noqa: E402
 from aggregator.storage.redis_server import EmbeddedRedis  # noqa: E402
-from aggregator.storage.store import CampaignStore, StoredReport  # noqa: E402
+from aggregator.storage.store import CampaignStore  # noqa: E402
 from scripts.benchlib import free_port  # noqa: E402
 from shared.spec import CampaignSpec  # noqa: E402
 

@@ -79,10 +79,10 @@ def lua_constants(script: str) -> dict[str, int]:
 
 
 def test_the_lua_scripts_status_codes_are_the_stores_names():
-    from aggregator.storage.store import AdmitStatus, CreateStatus, IngestStatus
+    from aggregator.storage.ingest import IngestStatus
+    from aggregator.storage.store import CreateStatus
 
     assert lua_constants("ingest.lua") == {status.name: status.value for status in IngestStatus}
-    assert lua_constants("admit.lua") == {status.name: status.value for status in AdmitStatus}
     assert lua_constants("create.lua") == {status.name: status.value for status in CreateStatus}
 
 

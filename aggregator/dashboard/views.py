@@ -28,7 +28,8 @@ from aggregator.http.routes import (
     window_suffix,
 )
 from aggregator.services import current_settings, get_store
-from aggregator.storage.store import Campaign, CampaignNotFound
+from aggregator.storage.errors import CampaignNotFound
+from aggregator.storage.store import Campaign
 from shared.errors import ValidationError
 from shared.spec import GEOMETRIC
 

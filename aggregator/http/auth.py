@@ -32,7 +32,7 @@ from werkzeug.exceptions import TooManyRequests
 
 from aggregator.http.errors import APIError
 from aggregator.services import current_settings, get_store
-from aggregator.storage.store import RateLimit
+from aggregator.storage.ingest import RateLimit
 
 ADMIN = "admin"
 ANALYST = "analyst"

@@ -14,7 +14,7 @@ import flask
 import redis
 from werkzeug.exceptions import HTTPException
 
-from aggregator.storage.store import (
+from aggregator.storage.errors import (
     CampaignClosed,
     CampaignExists,
     CampaignFull,

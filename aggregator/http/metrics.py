@@ -49,7 +49,7 @@ from aggregator.http.auth import METRICS, bearer_token, check_role, grants
 from aggregator.http.errors import APIError, answer_code
 from aggregator.services import current_settings, get_redis_client
 from aggregator.storage.cluster import Connection, node_clients
-from aggregator.storage.store import IngestResult
+from aggregator.storage.ingest import IngestResult
 from shared.errors import ValidationError
 
 bp = flask.Blueprint("metrics", __name__)

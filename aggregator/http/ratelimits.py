@@ -30,7 +30,8 @@ import redis
 
 from aggregator.http.errors import error_response
 from aggregator.services import current_settings, get_store
-from aggregator.storage.store import RateLimit, WindowCount
+from aggregator.storage.ingest import RateLimit
+from aggregator.storage.store import WindowCount
 
 DEFAULT_PUBLIC_LIMIT = "1200 per minute"
 DEFAULT_LOGIN_LIMIT = "30 per minute"
@@ -72,13 +73,13 @@ def parse_limit(setting: str) -> tuple[int, int]:
     return int(amount), window_s
 
 
-def add_headers(response: flask.Response, amount: int, count: WindowCount) -> None:
+def add_headers(response: flask.Response, amount: int, remaining: int, ttl_s: int) -> None:
     """The ``X-RateLimit-*`` headers of a counted request, if ``RATELIMIT_HEADERS_ENABLED``."""
     if not current_settings().ratelimit_headers_enabled:
         return
     response.headers["X-RateLimit-Limit"] = str(amount)
-    response.headers["X-RateLimit-Remaining"] = str(max(amount - count.hits, 0))
-    response.headers["X-RateLimit-Reset"] = str(int(time.time()) + count.ttl_s)
+    response.headers["X-RateLimit-Remaining"] = str(max(remaining, 0))
+    response.headers["X-RateLimit-Reset"] = str(int(time.time()) + ttl_s)
 
 
 def _count(setting: str, view: str) -> tuple[RateLimit, WindowCount] | None:
@@ -112,7 +113,7 @@ def _limited(setting: str, view: str, function: Callable[..., Any]) -> Callable[
             response.headers["Retry-After"] = str(max(count.ttl_s, 1))
         else:
             response = flask.make_response(function(*args, **kwargs))
-        add_headers(response, limit.amount, count)
+        add_headers(response, limit.amount, limit.amount - count.hits, count.ttl_s)
         return response
 
     return wrapped

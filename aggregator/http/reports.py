@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from aggregator.storage.store import StoredReport
+from aggregator.storage.ingest import StoredReport
 from shared.errors import ReportError
 from shared.mechanisms import Mechanism
 from shared.wire import (

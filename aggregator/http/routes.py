@@ -17,18 +17,14 @@ from aggregator.http.metrics import counted_submission, current_metrics
 from aggregator.http.ratelimits import add_headers
 from aggregator.http.reports import parse_submission
 from aggregator.services import current_settings, get_capacity, get_channels, get_store
-from aggregator.storage.store import (
-    STATUSES,
-    Campaign,
+from aggregator.storage.errors import (
     CampaignFull,
     CampaignNotFound,
-    RateLimit,
-    ReportBudget,
     ReportBudgetExceeded,
     SpecChanged,
-    WindowCount,
-    is_out_of_memory,
 )
+from aggregator.storage.ingest import RateLimit, ReportBudget
+from aggregator.storage.store import STATUSES, Campaign, is_out_of_memory
 from shared.errors import ValidationError
 from shared.schema import Object, String
 from shared.spec import ID_PATTERN, SERVER_FIELDS
@@ -242,9 +238,7 @@ def submit_reports(campaign_id: str) -> flask.Response:
         }
     )
     if rate_limit is not None:
-        add_headers(
-            response, rate_limit.amount, WindowCount(result.window_hits, result.window_ttl_s)
-        )
+        add_headers(response, rate_limit.amount, result.window_remaining, result.window_ttl_s)
     return response
 
 

@@ -25,7 +25,7 @@ from typing import cast
 import redis
 
 from aggregator.storage.cluster import Connection, node_clients, refresh_map
-from aggregator.storage.store import StorageFull
+from aggregator.storage.errors import StorageFull
 
 DEFAULT_HIGH_WATER = 0.9
 DEFAULT_CHECK_INTERVAL_S = 1.0

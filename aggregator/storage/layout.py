@@ -14,6 +14,9 @@ slot (one atomic script per shard). A shard holds:
   (from :func:`dense_from` outputs on) a string of 32-bit big-endian counts, one per output
   index, which is faster to read, and smaller once many outputs have reports;
 - ``enrollment``: the unused enrollment tokens routed to the shard;
+- ``ratelimit:<client>:<window>`` and ``ratelimit-reports:<client>:<window>``: a client's
+  submissions and new reports counted in the shard against its share of the rate limit and
+  the report budget (:mod:`aggregator.storage.ingest`), expiring with their window;
 - ``reports``: the raw reports, only when they are kept (``LDP_RAW_REPORTS=keep``);
 - ``seen:<window>:<bucket>``: deduplication sets.
 
@@ -135,6 +138,14 @@ class Layout:
 
     def stream_key(self, shard: int) -> str:
         return self._shard_key(shard, "reports")
+
+    def rate_key(self, shard: int, client: str, window: int) -> str:
+        """A client's submissions counted in the shard in one rate-limit window."""
+        return self._shard_key(shard, f"ratelimit:{client}:{window}")
+
+    def budget_key(self, shard: int, client: str, window: int) -> str:
+        """A client's new reports stored in the shard in one budget window."""
+        return self._shard_key(shard, f"ratelimit-reports:{client}:{window}")
 
     def seen_key(self, shard: int, window: int, bucket: int) -> str:
         return self._shard_key(shard, f"seen:{window}:{bucket}")

@@ -244,7 +244,6 @@ def _finish(store: CampaignStore, layout: Layout, n_reports: int, last_ms: int, 
     if last_ms:
         state["last_ms"] = last_ms
     pipe.hset(layout.state_key(0), mapping=state)
-    pipe.set(store.ADMITTED_KEY.format(id=campaign_id), n_reports)
     pipe.execute()
     record = _legacy_key(campaign_id, "campaign")
     connection.hsetnx(record, "periods_from", repr(now))

@@ -1,24 +1,21 @@
 """The Redis store: campaigns, deduplicated report ingestion, counts and raw reports.
 
 A campaign's per-report state is split into shards that spread over a Redis
-Cluster's masters (:mod:`aggregator.storage.layout`). A submission is admitted
-first (``lua/admit.lua``: the client's rate limit and report budget and the
-campaign's quota, in the campaign's own slot), then its reports are grouped by
-shard and each group is stored by one atomic script (``lua/ingest.lua``: check
-each report id against the deduplication sets, spend enrollment tokens, count
-the output symbols in all and in the period the report is received in, keep the
-raw report if asked). Reads sum the shards, and a window's periods. The counts
+Cluster's masters (:mod:`aggregator.storage.layout`). A submission's reports are
+grouped by shard and each group is admitted and stored by one atomic script in its
+shard's slot (:mod:`aggregator.storage.ingest`: the client's rate limit and report
+budget and the campaign's quota, the deduplication sets, enrollment tokens, the
+counts in all and in the period the report is received in, the raw report if
+asked). Reads sum the shards, and a window's periods. The counts
 are the estimators' sufficient statistics. The connection and the clock are
 passed in; nothing here is global.
 """
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import json
 import logging
-import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -32,12 +29,27 @@ import redis
 
 from aggregator.storage import layout as layouts
 from aggregator.storage import periods, retention
-from aggregator.storage.cluster import Call, Connection, NodeWriter, config_value, is_cluster
-from aggregator.storage.errors import is_out_of_memory
+from aggregator.storage.cluster import Connection, NodeWriter, config_value, is_cluster
+from aggregator.storage.errors import (
+    CampaignExists,
+    CampaignNotFound,
+    LayoutOutdated,
+    is_out_of_memory,
+)
+from aggregator.storage.ingest import (
+    Admission,
+    Ingestion,
+    IngestResult,
+    PeriodArgs,
+    RateLimit,
+    ReportBudget,
+    StoredReport,
+    Submission,
+    token_digest,
+)
 from aggregator.storage.layout import Layout
 from aggregator.storage.locks import Lock
 from aggregator.storage.sessions import SessionStore
-from shared.errors import LDPError
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
 
@@ -77,63 +89,11 @@ _Fields = list[bytes | None]
 logger = logging.getLogger(__name__)
 
 
-class IngestStatus(IntEnum):
-    """What ``lua/ingest.lua`` answered (the script defines the same names and values)."""
-
-    STORED = 0
-    NO_CAMPAIGN = 1
-    CLOSED = 2
-    NO_TOKEN = 3
-    SPEC_CHANGED = 4
-
-
-class AdmitStatus(IntEnum):
-    """What ``lua/admit.lua`` answered (the script defines the same names and values)."""
-
-    ADMITTED = 0
-    RATE_LIMITED = 5
-    OVER_BUDGET = 6
-    OVER_QUOTA = 7
-
-
 class CreateStatus(IntEnum):
     """What ``lua/create.lua`` answered (the script defines the same names and values)."""
 
     TAKEN = 0
     CREATED = 1
-
-
-class StoreError(LDPError):
-    """A store operation refused by the state of the data (not by bad input)."""
-
-    code = "store_error"
-
-    def __init__(self, message: str, *, campaign_id: str):
-        super().__init__(message)
-        self.campaign_id = campaign_id
-
-
-class CampaignNotFound(StoreError):
-    code = "campaign_not_found"
-
-
-class CampaignClosed(StoreError):
-    code = "campaign_closed"
-
-
-class CampaignExists(StoreError):
-    code = "campaign_exists"
-
-
-class EnrollmentRefused(StoreError):
-    """A report's enrollment token was never issued for the campaign, or is spent."""
-
-    code = "enrollment_refused"
-
-
-def token_digest(token: str) -> str:
-    """What the store keeps of an enrollment token: its SHA-256, so a leak spends nothing."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -178,94 +138,6 @@ class Campaign:
         }
 
 
-class SpecChanged(StoreError):
-    """The stored spec is not the one the reports were validated against (nothing stored)."""
-
-    code = "spec_changed"
-
-
-class RetryLater(StoreError):
-    """A refusal that lifts with time; ``retry_after_s`` says when to try again."""
-
-    def __init__(self, message: str, *, campaign_id: str, retry_after_s: int) -> None:
-        super().__init__(message, campaign_id=campaign_id)
-        self.retry_after_s = retry_after_s
-
-
-class LayoutOutdated(RetryLater):
-    """A campaign stored by an older version that has not been migrated yet."""
-
-    code = "storage_unavailable"
-
-
-class RateLimited(RetryLater):
-    """The client has used up its submissions for the current window (nothing stored)."""
-
-    code = "rate_limited"
-
-
-class ReportBudgetExceeded(RateLimited):
-    """The client's address has sent its reports for the current window (nothing stored)."""
-
-    code = "report_budget_exceeded"
-
-
-class CampaignFull(StoreError):
-    """The campaign holds its quota of reports (nothing stored)."""
-
-    code = "campaign_full"
-
-
-class StorageFull(RetryLater):
-    """The store is near its memory limit and takes no new reports for now (nothing stored)."""
-
-    code = "storage_full"
-
-
-@dataclass(frozen=True)
-class RateLimit:
-    """A fixed-window limit on one client's submissions to one campaign.
-
-    Checked and counted inside the ingestion script, so it costs no round trip
-    of its own; ``client`` is the client's address (or another stable name).
-    """
-
-    amount: int
-    window_s: int
-    client: str
-
-
-class ReportBudget(RateLimit):
-    """A fixed-window budget of new reports (``amount``) one client may store in one campaign.
-
-    Counts reports, not submissions, in the ingestion script: a submission whose
-    new reports would overdraw it is refused whole (:class:`ReportBudgetExceeded`);
-    duplicates cost nothing.
-    """
-
-
-class StoredReport(NamedTuple):
-    """A validated report ready to store: its id, output index, wire value, enrollment token.
-
-    A named tuple rather than a frozen dataclass: a batch makes a thousand of them per
-    request, and a tuple is built in a third of the time.
-    """
-
-    report_id: str
-    output: int
-    value: Any
-    enrollment_token: str | None = None
-
-
-@dataclass(frozen=True)
-class IngestResult:
-    accepted: int
-    duplicates: int
-    # Submissions counted in the rate-limit window so far, and its seconds left (0: no limit).
-    window_hits: int = 0
-    window_ttl_s: int = 0
-
-
 class WindowCount(NamedTuple):
     """A fixed window's requests so far (the one just counted included) and its seconds left."""
 
@@ -304,10 +176,6 @@ class CampaignStore:
 
     INDEX_KEY = "ldp:campaigns"
     ESTIMATE_KEY = "ldp:{{c:{id}}}:estimate:{variant}"
-    # Reports admitted by the quota: stored ones plus those of submissions in flight.
-    ADMITTED_KEY = "ldp:{{c:{id}}}:admitted"
-    RATE_KEY = "ldp:{{c:{id}}}:ratelimit:{client}:{window}"
-    BUDGET_KEY = "ldp:{{c:{id}}}:ratelimit-reports:{client}:{window}"
     # Requests to one rate-limited view outside a campaign (no hash tag: one key per call).
     REQUEST_RATE_KEY = "ldp:ratelimit:{view}:{client}:{window}"
     ESTIMATE_LOCK_KEY = "ldp:{{c:{id}}}:estimate-lock:{variant}:{digest}"
@@ -354,9 +222,12 @@ class CampaignStore:
         )
         lua = resources.files("aggregator.storage") / "lua"
         self._create = connection.register_script((lua / "create.lua").read_text("utf-8"))
-        self._ingest = connection.register_script((lua / "ingest.lua").read_text("utf-8"))
-        self._admit = connection.register_script((lua / "admit.lua").read_text("utf-8"))
-        self._release = connection.register_script((lua / "release.lua").read_text("utf-8"))
+        self._ingestion = Ingestion(
+            self.writer,
+            connection.register_script((lua / "ingest.lua").read_text("utf-8")),
+            keeps_raw_reports=self.keeps_raw_reports,
+            retention_s=retention_s,
+        )
         self._count_request = connection.register_script((lua / "ratelimit.lua").read_text("utf-8"))
         self._parsed: OrderedDict[str, tuple[CampaignSpec, Mechanism]] = OrderedDict()
         self._known: OrderedDict[str, Campaign] = OrderedDict()
@@ -585,88 +456,36 @@ class CampaignStore:
     ) -> IngestResult:
         """Store reports not seen before; count the duplicates.
 
-        The submission is admitted first: ``rate_limit`` counts it against the
-        client's window (:class:`RateLimited` once it is used up), ``report_budget``
-        and the store's quota reserve its reports (:class:`ReportBudgetExceeded`,
-        :class:`CampaignFull`; duplicates are given back, so a retried batch costs
-        nothing). Each shard's reports are then stored atomically. With
-        ``enrollment_required`` each new report spends its unused enrollment token in
-        the same step (a retried report id is a duplicate, not refused), and a batch
+        Each shard the reports belong to admits and stores its part atomically
+        (:mod:`aggregator.storage.ingest`): ``rate_limit`` counts the submission against
+        the client's window (:class:`RateLimited` once the shard's share is used up),
+        ``report_budget`` and the store's quota are charged with its new reports only
+        (:class:`ReportBudgetExceeded`, :class:`CampaignFull`), so a retried batch costs
+        nothing. With ``enrollment_required`` each new report spends its unused enrollment
+        token in the same step (a retried report id is a duplicate, not refused). A batch
         that spans shards is checked on all of them before any is written, so that one
-        bad token refuses the whole batch. ``spec_hash``, if given, must be the stored
-        spec's (else :class:`SpecChanged`). Raises :class:`CampaignNotFound`,
+        refusal refuses the whole batch. ``spec_hash``, if given, must be the stored spec's
+        (else :class:`SpecChanged`). Raises :class:`CampaignNotFound`,
         :class:`CampaignClosed` or :class:`EnrollmentRefused` too; then nothing is
-        stored, unless the campaign was closed, or a token spent, by a concurrent
-        request while the batch's shards were being written. Connection errors and
-        :class:`~aggregator.storage.cluster.NotAcknowledged` mean the reports may or
+        stored, unless the campaign was closed, a token spent or a share used up by a
+        concurrent request while the batch's shards were being written. Connection errors
+        and :class:`~aggregator.storage.cluster.NotAcknowledged` mean the reports may or
         may not be stored: sending them again is safe.
         """
         moment = self.clock() if now is None else now
-        layout = self.layout(campaign_id)
-        groups = self._group(layout, reports, enrollment_required)
-        base = self._ingest_args(moment, spec_hash, enrollment_required)
-        period = self._period_args(campaign_id, moment)
-        calls = {
-            shard: self._shard_call(layout, shard, items, base, period, moment, enrollment_required)
-            for shard, items in groups.items()
-        }
-        spanning = enrollment_required and len(calls) > 1
-        fresh: int | None = None
-        if spanning:
-            fresh = self._check(campaign_id, groups, calls)
-        admission = self._admission(campaign_id, rate_limit, report_budget, moment)
-        wanted = len(reports) if fresh is None else fresh
-        reserved, hits, window_ttl = self._admit_reports(admission, wanted, groups, calls, fresh)
-        if not admission.reserves:
-            reserved = 0
-        accepted = 0
-        try:
-            replies = [
-                [int(part) for part in reply]
-                for reply in self.writer.run([self._as_store(call) for call in calls.values()])
-            ]
-            # Shards that stored count even if another refused (a close racing the batch).
-            accepted = sum(reply[1] for reply in replies)
-            for items, (status, _, _, index) in zip(groups.values(), replies, strict=True):
-                self._raise_for(status, campaign_id, items, index)
-        finally:
-            if reserved > accepted:
-                self._give_back(admission, reserved - accepted)
-        return IngestResult(
-            accepted=accepted,
-            duplicates=len(reports) - accepted,
-            window_hits=hits,
-            window_ttl_s=window_ttl,
+        return self._ingestion.run(
+            Submission(
+                layout=self.layout(campaign_id),
+                reports=reports,
+                enrollment_required=enrollment_required,
+                spec_hash=spec_hash,
+                admission=Admission(rate_limit, report_budget, self.max_reports),
+                period=self._period_args(campaign_id, moment),
+                moment=moment,
+            )
         )
 
-    def _group(
-        self, layout: Layout, reports: Sequence[StoredReport], enrollment_required: bool
-    ) -> dict[int, list[tuple[int, StoredReport, layouts.Route, str]]]:
-        """The batch's reports by shard: (index in the batch, report, route, token digest)."""
-        groups: dict[int, list[tuple[int, StoredReport, layouts.Route, str]]] = {}
-        for index, report in enumerate(reports):
-            digest = ""
-            if enrollment_required and report.enrollment_token is not None:
-                digest = token_digest(report.enrollment_token)
-            route = layout.route(report.report_id, digest or None)
-            groups.setdefault(route.shard, []).append((index, report, route, digest))
-        return groups
-
-    def _ingest_args(
-        self, moment: float, spec_hash: str | None, enrollment_required: bool
-    ) -> list[Any]:
-        """ARGV[2..7] of ingest.lua, the same for every shard."""
-        min_id = 0 if self.retention_s is None else max(int((moment - self.retention_s) * 1000), 1)
-        return [
-            spec_hash or "",
-            int(moment // 3600 * 3600),
-            int(moment * 1000),
-            int(enrollment_required),
-            int(self.keeps_raw_reports),
-            min_id,
-        ]
-
-    def _period_args(self, campaign_id: str, moment: float) -> _PeriodArgs:
+    def _period_args(self, campaign_id: str, moment: float) -> PeriodArgs:
         """The period a report received at ``moment`` is counted in, and how."""
         # The process's copy: a spec never changes, and ingest must cost no extra read.
         campaign = self.campaign_for_reports(campaign_id)
@@ -676,199 +495,11 @@ class CampaignStore:
             value = config_value(self.connection, "hash-max-ziplist-entries")
             self._hash_entries = int(value) if value else layouts.REDIS_DEFAULT_HASH_ENTRIES
         n_outputs = campaign.mechanism.n_outputs
-        return _PeriodArgs(
+        return PeriodArgs(
             key=key,
             ttl_s=retention.period_ttl_s(unit, key, self.period_retention_s, moment),
             dense_from=layouts.dense_from(n_outputs, self._hash_entries),
             last_output=n_outputs - 1,
-        )
-
-    def _shard_call(
-        self,
-        layout: Layout,
-        shard: int,
-        items: Sequence[tuple[int, StoredReport, layouts.Route, str]],
-        base: list[Any],
-        period: _PeriodArgs,
-        moment: float,
-        enrollment_required: bool,
-    ) -> Call:
-        """The ingest.lua call (in check-only mode) for one shard's reports."""
-        windows = layout.windows(moment)
-        keys = [
-            layout.state_key(shard),
-            layout.counts_key(shard),
-            layout.hourly_key(shard),
-            layout.stream_key(shard),
-            layout.tokens_key(shard),
-            layout.period_key(shard, period.key),
-            layout.period_dense_key(shard, period.key),
-        ]
-        slots: dict[int, int] = {}
-        per_report: list[Any] = []
-        # The wire value is a function of the output index: each distinct one is sent once.
-        encoded: dict[int, str] = {}
-        keep = self.keeps_raw_reports
-        for _, report, route, digest in items:
-            slot = slots.get(route.bucket)
-            if slot is None:
-                slot = slots[route.bucket] = len(slots)
-                keys.extend(layout.seen_key(shard, window, route.bucket) for window in windows)
-            per_report.extend((slot, route.member, report.output))
-            if enrollment_required:
-                per_report.append(digest)
-            if keep:
-                per_report.append(report.report_id)
-                if report.output not in encoded:
-                    encoded[report.output] = json.dumps(
-                        report.value, separators=(",", ":"), ensure_ascii=False
-                    )
-        args: list[Any] = [
-            1,
-            *base,
-            max(math.ceil(layout.expires_at(windows[0]) - moment), 1),
-            period.ttl_s,
-            period.dense_from,
-            period.last_output,
-            len(encoded),
-        ]
-        for output, value in encoded.items():
-            args.extend((output, value))
-        args.extend(per_report)
-        return Call(self._ingest, keys, args)
-
-    @staticmethod
-    def _as_store(call: Call) -> Call:
-        return Call(call.script, call.keys, [0, *call.args[1:]])
-
-    def _check(
-        self,
-        campaign_id: str,
-        groups: dict[int, list[tuple[int, StoredReport, layouts.Route, str]]],
-        calls: dict[int, Call],
-    ) -> int:
-        """Check every shard's reports without writing; the number of new reports."""
-        fresh = 0
-        for items, reply in zip(
-            groups.values(), self.writer.run(list(calls.values()), wait=False), strict=True
-        ):
-            status, new, _, index = (int(part) for part in reply)
-            self._raise_for(status, campaign_id, items, index)
-            fresh += new
-        return fresh
-
-    def _raise_for(
-        self,
-        status: int,
-        campaign_id: str,
-        items: Sequence[tuple[int, StoredReport, layouts.Route, str]],
-        index: int,
-    ) -> None:
-        if status == IngestStatus.STORED:
-            return
-        if status == IngestStatus.NO_CAMPAIGN:
-            raise CampaignNotFound(f"no campaign {campaign_id!r}", campaign_id=campaign_id)
-        if status == IngestStatus.CLOSED:
-            raise CampaignClosed(f"campaign {campaign_id!r} is closed", campaign_id=campaign_id)
-        if status == IngestStatus.NO_TOKEN:
-            position = items[index - 1][0]
-            raise EnrollmentRefused(
-                f"report {position} of the batch has no valid enrollment token for campaign "
-                f"{campaign_id!r} (never issued, or already used by another report); nothing "
-                "was stored",
-                campaign_id=campaign_id,
-            )
-        if status == IngestStatus.SPEC_CHANGED:
-            raise SpecChanged(
-                f"campaign {campaign_id!r} no longer has the spec the reports were checked "
-                "against; nothing was stored",
-                campaign_id=campaign_id,
-            )
-        raise AssertionError(f"ingest.lua answered an unknown status {status}")
-
-    def _admission(
-        self,
-        campaign_id: str,
-        rate_limit: RateLimit | None,
-        report_budget: ReportBudget | None,
-        moment: float,
-    ) -> _Admission:
-        limit, window_s, rate_key = self._window(self.RATE_KEY, campaign_id, rate_limit, moment)
-        budget, budget_window_s, budget_key = self._window(
-            self.BUDGET_KEY, campaign_id, report_budget, moment
-        )
-        return _Admission(
-            keys=(rate_key, budget_key, self.ADMITTED_KEY.format(id=campaign_id)),
-            limit=limit,
-            window_s=window_s,
-            budget=budget,
-            budget_window_s=budget_window_s,
-            quota=self.max_reports,
-        )
-
-    def _admit_reports(
-        self,
-        admission: _Admission,
-        wanted: int,
-        groups: dict[int, list[tuple[int, StoredReport, layouts.Route, str]]],
-        calls: dict[int, Call],
-        fresh: int | None,
-    ) -> tuple[int, int, int]:
-        """Run admit.lua; (reports reserved, submissions in the window, its seconds left).
-
-        If the batch's size is refused by the budget or the quota, the shards are asked
-        which reports are new and only those are asked for again: duplicates cost nothing.
-        """
-        if not admission.needed:
-            return 0, 0, 0
-        status, hits, ttl = self._call_admit(admission, admission.limit, wanted)
-        if status in (AdmitStatus.OVER_BUDGET, AdmitStatus.OVER_QUOTA) and fresh is None:
-            fresh = self._check(admission.campaign_id, groups, calls)
-            if fresh < wanted:
-                wanted = fresh
-                status, _, ttl = self._call_admit(admission, 0, wanted)
-        if status == AdmitStatus.RATE_LIMITED:
-            raise RateLimited(
-                f"rate limit exceeded ({admission.limit} submissions per {admission.window_s} s "
-                "to this campaign); retry later",
-                campaign_id=admission.campaign_id,
-                retry_after_s=max(ttl, 1),
-            )
-        if status == AdmitStatus.OVER_BUDGET:
-            raise ReportBudgetExceeded(
-                f"report budget exceeded ({admission.budget} new reports per "
-                f"{admission.budget_window_s} s from one address to this campaign); nothing "
-                "was stored, retry later",
-                campaign_id=admission.campaign_id,
-                retry_after_s=max(ttl, 1),
-            )
-        if status == AdmitStatus.OVER_QUOTA:
-            raise CampaignFull(
-                f"campaign {admission.campaign_id!r} holds its quota of {admission.quota} "
-                "reports; nothing was stored",
-                campaign_id=admission.campaign_id,
-            )
-        return wanted, hits, ttl
-
-    def _call_admit(self, admission: _Admission, limit: int, wanted: int) -> tuple[int, int, int]:
-        status, hits, ttl = self._admit(
-            keys=list(admission.keys),
-            args=[
-                limit,
-                admission.window_s,
-                admission.budget,
-                admission.budget_window_s,
-                admission.quota,
-                wanted,
-            ],
-        )
-        return int(status), int(hits), int(ttl)
-
-    def _give_back(self, admission: _Admission, amount: int) -> None:
-        """Return reserved reports that were not stored to the budget and the quota."""
-        self._release(
-            keys=list(admission.keys[1:]),
-            args=[amount if admission.budget else 0, amount if admission.quota else 0],
         )
 
     def count_request(
@@ -894,19 +525,6 @@ class CampaignStore:
             view=view, client=limit.client, window=int(moment // limit.window_s)
         )
         return int(self.connection.get(key) or 0)
-
-    def _window(
-        self, template: str, campaign_id: str, limit: RateLimit | ReportBudget | None, moment: float
-    ) -> tuple[int, int, str]:
-        """(amount, window seconds, counter key) of a fixed-window limit; amount 0: none."""
-        if limit is None:
-            return 0, 0, template.format(id=campaign_id, client="", window=0)
-        window = int(moment // limit.window_s)
-        return (
-            limit.amount,
-            limit.window_s,
-            template.format(id=campaign_id, client=limit.client, window=window),
-        )
 
     # -- enrollment ----------------------------------------------------------------------
 
@@ -1132,37 +750,3 @@ class CampaignStore:
         layout = self.layout(campaign_id)
         (lengths,) = self._sum_shards([layout], lambda pipe, lay, s: pipe.xlen(lay.stream_key(s)))
         return any(lengths)
-
-
-class _PeriodArgs(NamedTuple):
-    """What ingest.lua needs of the period a batch is counted in (ARGV[9..11] and its keys)."""
-
-    key: str
-    ttl_s: int
-    dense_from: int
-    last_output: int
-
-
-@dataclass(frozen=True)
-class _Admission:
-    """admit.lua's keys (submissions, budget, campaign's admitted reports) and limits."""
-
-    keys: tuple[str, str, str]
-    limit: int
-    window_s: int
-    budget: int
-    budget_window_s: int
-    quota: int
-
-    @property
-    def campaign_id(self) -> str:
-        # ldp:{c:<id>}:admitted
-        return self.keys[2][len("ldp:{c:") : -len("}:admitted")]
-
-    @property
-    def needed(self) -> bool:
-        return bool(self.limit or self.budget or self.quota)
-
-    @property
-    def reserves(self) -> bool:
-        return bool(self.budget or self.quota)

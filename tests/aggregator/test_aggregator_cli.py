@@ -11,8 +11,9 @@ import redis
 from aggregator_testdata import KRR_SPEC, PLANAR_SPEC, new_id
 
 from aggregator.cli import describe_url, main
+from aggregator.storage.ingest import StoredReport
 from aggregator.storage.redis_server import EmbeddedRedis
-from aggregator.storage.store import CampaignStore, StoredReport
+from aggregator.storage.store import CampaignStore
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from aggregator_testdata import new_id
+from aggregator_testdata import KRR_SPEC, create_campaign, new_id
 
 from aggregator.app import create_app
 from shared.mechanisms import Mechanism
@@ -155,8 +155,10 @@ def test_counts_report_hourly_arrivals(client, analyst, krr_campaign):
     assert body["hourly"][0]["hour"] % 3600 == 0
 
 
-def test_reports_are_rate_limited_per_client(config, krr_campaign):
-    client = create_app({**config, "RATELIMIT_REPORTS": "3 per minute"}).test_client()
+def test_reports_are_rate_limited_per_client(config, admin):
+    client = create_app({**config, "RATELIMIT_REPORTS": "3 per minute", "SHARDS": 1})
+    client = client.test_client()
+    create_campaign(client, admin, KRR_SPEC)
     statuses = [
         client.post(URL, json={"report_id": new_id(), "value": "apple"}).status_code
         for _ in range(4)

@@ -8,7 +8,9 @@ import pytest
 import redis
 from aggregator_testdata import KRR_SPEC, new_id
 
-from aggregator.storage.store import CampaignStore, EnrollmentRefused, StoredReport, token_digest
+from aggregator.storage.errors import EnrollmentRefused
+from aggregator.storage.ingest import StoredReport, token_digest
+from aggregator.storage.store import CampaignStore
 
 ENROLLED = {**KRR_SPEC, "id": "enrolled", "enrollment_required": True}
 TOKENS = "/api/v1/campaigns/enrolled/enrollment-tokens"

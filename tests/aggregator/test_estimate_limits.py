@@ -23,7 +23,7 @@ from aggregator.cli import main
 from aggregator.estimation import budget
 from aggregator.http import estimates
 from aggregator.http.openapi import document
-from aggregator.storage.store import StoredReport
+from aggregator.storage.ingest import StoredReport
 from shared.spec import CampaignSpec
 
 KRR_URL = "/api/v1/campaigns/fruit/estimate"

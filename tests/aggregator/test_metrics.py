@@ -110,10 +110,11 @@ def test_a_scrape_counts_accepted_reports_duplicates_refusals_and_estimates(
         ({"MAX_CONTENT_LENGTH": 10}, 0, "too_large", 413),
     ],
 )
-def test_each_limit_is_counted_under_its_own_reason(
-    config, krr_campaign, setting, reports, reason, status
-):
-    """The first submission passes where the limit allows one report (``reports``)."""
+def test_each_limit_is_counted_under_its_own_reason(config, setting, reports, reason, status):
+    """The first submission passes where the limit allows one report (``reports``); one shard,
+    so that each limit is counted whole in it."""
+    creator = create_app({**config, "SHARDS": 1}).test_client()
+    create_campaign(creator, {"Authorization": f"Bearer {ADMIN_TOKEN}"}, KRR_SPEC)
     client = create_app({**config, **setting}).test_client()
     if reports:
         assert client.post(URL, json={"report_id": new_id(), "value": "apple"}).status_code == 200

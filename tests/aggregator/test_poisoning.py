@@ -17,7 +17,7 @@ import pytest
 from aggregator_testdata import new_id
 
 from aggregator.estimation import poisoning
-from aggregator.storage.store import StoredReport
+from aggregator.storage.ingest import StoredReport
 from shared.mechanisms import KRR, PlanarLaplace
 from shared.spec import CampaignSpec
 from simulate.sampling import sample

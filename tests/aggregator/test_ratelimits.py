@@ -9,7 +9,8 @@ import redis
 
 from aggregator.app import create_app
 from aggregator.http.ratelimits import parse_limit
-from aggregator.storage.store import CampaignStore, RateLimit
+from aggregator.storage.ingest import RateLimit
+from aggregator.storage.store import CampaignStore
 
 HEALTH = "/api/v1/health"
 

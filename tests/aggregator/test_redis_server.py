@@ -10,8 +10,9 @@ import pytest
 import redis
 from aggregator_testdata import KRR_SPEC, new_id
 
+from aggregator.storage.ingest import StoredReport
 from aggregator.storage.redis_server import EmbeddedRedis
-from aggregator.storage.store import CampaignStore, StoredReport
+from aggregator.storage.store import CampaignStore
 from shared.spec import CampaignSpec
 
 

@@ -6,8 +6,9 @@ import redis
 from aggregator_testdata import KRR_SPEC, new_id
 
 from aggregator.app import create_app
+from aggregator.storage.ingest import StoredReport
 from aggregator.storage.retention import DAY_S, trim_all
-from aggregator.storage.store import CampaignStore, StoredReport
+from aggregator.storage.store import CampaignStore
 from shared.spec import CampaignSpec
 
 NOW = 1_750_000_000.0

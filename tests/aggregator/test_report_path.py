@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import pytest
+import redis
 from aggregator_testdata import KRR_SPEC, new_id
 
 from aggregator.app import create_app
-from aggregator.storage.store import (
-    CampaignStore,
-    RateLimit,
-    RateLimited,
-    SpecChanged,
-    StoredReport,
-)
+from aggregator.storage.errors import CampaignFull, RateLimited, ReportBudgetExceeded, SpecChanged
+from aggregator.storage.ingest import RateLimit, ReportBudget, StoredReport
+from aggregator.storage.store import CampaignStore
 from shared.spec import CampaignSpec
 
 URL = "/api/v1/campaigns/fruit/reports"
@@ -23,29 +20,40 @@ def n_reports(store: CampaignStore, campaign_id: str = "fruit") -> int:
     return store.get_campaign(campaign_id).n_reports
 
 
-def test_one_redis_call_per_submission(app, client, krr_campaign, redis_url):
-    client.post(URL, json={"report_id": new_id(), "value": "apple"})  # the process reads the spec
-    store = app.extensions["ldp"].get()
-    calls = []
-    original = store.connection.execute_command
+def round_trips(monkeypatch) -> list[list[bytes]]:
+    """What each round trip to Redis from now on sends: the names of its commands."""
+    sent: list[list[bytes]] = []
+    original = redis.connection.AbstractConnection.send_packed_command
 
-    def counting(*args, **kwargs):
-        calls.append(args[0])
-        return original(*args, **kwargs)
+    def counting(self, command, check_health=True):
+        chunks = [command] if isinstance(command, bytes | str) else command
+        packed = b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in chunks)
+        # RESP arrays: each command is "*<n>\r\n$<len>\r\n<name>\r\n..."; take the names.
+        parts = packed.split(b"\r\n")
+        sent.append([parts[i + 2] for i, part in enumerate(parts[:-2]) if part.startswith(b"*")])
+        return original(self, command, check_health)
 
-    store.connection.execute_command = counting
-    try:
-        for _ in range(3):
-            assert (
-                client.post(URL, json={"report_id": new_id(), "value": "banana"}).status_code == 200
-            )
-    finally:
-        store.connection.execute_command = original
-    assert calls == ["EVALSHA"] * 3
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
+    return sent
+
+
+@pytest.mark.parametrize("limits", [False, True], ids=["no limits", "rate limit and budget"])
+def test_one_round_trip_per_single_report(config, admin, krr_campaign, monkeypatch, limits):
+    """A single report costs one round trip to Redis: its shard's script admits and stores it
+    (the memory reading of the capacity guard, once a second, aside)."""
+    settings = {"RATELIMIT_REPORTS": "600 per minute", "REPORT_BUDGET": "10000 per hour"}
+    client = create_app({**config, "RATELIMIT_ENABLED": limits, **settings}).test_client()
+    assert client.post(URL, json={"report_id": new_id(), "value": "apple"}).status_code == 200
+    sent = round_trips(monkeypatch)
+    for _ in range(5):
+        assert client.post(URL, json={"report_id": new_id(), "value": "banana"}).status_code == 200
+    assert [trip for trip in sent if trip != [b"INFO"]] == [[b"EVALSHA"]] * 5
 
 
 def test_rate_limit_per_client_and_campaign_with_headers(config, admin, store):
-    client = create_app({**config, "RATELIMIT_REPORTS": "3 per minute"}).test_client()
+    # One shard: the whole limit is counted in one place (split over shards: below).
+    client = create_app({**config, "RATELIMIT_REPORTS": "3 per minute", "SHARDS": 1})
+    client = client.test_client()
     for spec in (KRR_SPEC, {**KRR_SPEC, "id": "other"}):
         assert client.post("/api/v1/campaigns", json=spec, headers=admin).status_code == 201
     remaining = []
@@ -116,13 +124,14 @@ def test_a_deleted_campaign_is_404_after_being_cached(app, client, krr_campaign)
 
 
 def test_store_refuses_a_stale_spec_hash_and_counts_the_limit(store):
+    store = CampaignStore(store.connection, shards=1)
     store.create_campaign(KRR)
     report = [StoredReport(new_id(), 0, "apple")]
     with pytest.raises(SpecChanged):
         store.ingest("fruit", report, spec_hash="0" * 64)
     limit = RateLimit(amount=1, window_s=60, client="c1")
     result = store.ingest("fruit", report, spec_hash=KRR.spec_hash, rate_limit=limit, now=120.0)
-    assert (result.accepted, result.window_hits) == (1, 1)
+    assert (result.accepted, result.window_remaining) == (1, 0)
     assert 0 < result.window_ttl_s <= 60
     with pytest.raises(RateLimited) as refused:
         store.ingest("fruit", [StoredReport(new_id(), 1, "banana")], rate_limit=limit, now=130.0)
@@ -135,3 +144,76 @@ def test_store_refuses_a_stale_spec_hash_and_counts_the_limit(store):
         == 1
     )
     assert store.counts("fruit") == {0: 1, 1: 1}
+
+
+# -- admission split over the shards ---------------------------------------------------------
+
+
+def ids_in_shard(store: CampaignStore, shard: int, count: int) -> list[str]:
+    """``count`` fresh report ids that the campaign "fruit" routes to ``shard``."""
+    layout = store.layout("fruit")
+    found: list[str] = []
+    while len(found) < count:
+        report_id = new_id()
+        if layout.route(report_id).shard == shard:
+            found.append(report_id)
+    return found
+
+
+def single(report_id: str) -> list[StoredReport]:
+    return [StoredReport(report_id, 0, "apple")]
+
+
+def test_each_shard_admits_its_share_of_the_rate_limit(store):
+    """8 submissions a minute over 4 shards: each shard admits 2 from one client, and the
+    headers' remaining extrapolates the shard's share left to the whole limit."""
+    store = CampaignStore(store.connection, shards=4)
+    store.create_campaign(KRR)
+    limit = RateLimit(amount=8, window_s=60, client="c1")
+    first, second, third = ids_in_shard(store, 0, 3)
+    assert store.ingest("fruit", single(first), rate_limit=limit, now=60.0).window_remaining == 4
+    assert store.ingest("fruit", single(second), rate_limit=limit, now=61.0).window_remaining == 0
+    with pytest.raises(RateLimited):
+        store.ingest("fruit", single(third), rate_limit=limit, now=62.0)
+    # Another shard's share is untouched; another client has shares of its own.
+    (elsewhere,) = ids_in_shard(store, 1, 1)
+    assert store.ingest("fruit", single(elsewhere), rate_limit=limit, now=63.0).accepted == 1
+    other = RateLimit(amount=8, window_s=60, client="c2")
+    assert store.ingest("fruit", single(third), rate_limit=other, now=64.0).accepted == 1
+    assert n_reports(store) == 4
+
+
+def test_each_shard_holds_its_share_of_the_quota(store):
+    store = CampaignStore(store.connection, shards=4, max_reports=8)
+    store.create_campaign(KRR)
+    in_zero = ids_in_shard(store, 0, 3)
+    assert store.ingest("fruit", single(in_zero[0]) + single(in_zero[1])).accepted == 2
+    with pytest.raises(CampaignFull):
+        store.ingest("fruit", single(in_zero[2]))
+    # A stored report sent again is a duplicate, not refused; other shards take their share.
+    assert store.ingest("fruit", single(in_zero[0])).duplicates == 1
+    assert store.ingest("fruit", single(ids_in_shard(store, 3, 1)[0])).accepted == 1
+    assert store.get_campaign("fruit").shard_reports == (2, 0, 0, 1)
+
+
+def test_a_batch_over_several_shards_is_refused_whole_and_counted_once(store):
+    """A batch is checked on every shard it touches before any is written: one shard over its
+    share of the budget refuses all of it. It counts as one submission, in the shard of its
+    first report."""
+    store = CampaignStore(store.connection, shards=4)
+    store.create_campaign(KRR)
+    limit = RateLimit(amount=8, window_s=60, client="c1")
+    budget = ReportBudget(amount=8, window_s=3600, client="c1")
+    in_zero, in_one = ids_in_shard(store, 0, 3), ids_in_shard(store, 1, 2)
+    batch = [StoredReport(report_id, 1, "banana") for report_id in in_one + in_zero[:2]]
+    stored = store.ingest("fruit", batch, rate_limit=limit, report_budget=budget, now=60.0)
+    assert stored.accepted == 4 and stored.window_remaining == 4  # counted in shard 1 only
+    # Shard 0 has 2 of its 2 new reports: a batch adding one there is refused whole.
+    refused = [StoredReport(report_id, 2, "cherry") for report_id in ids_in_shard(store, 2, 1)]
+    refused.append(StoredReport(in_zero[2], 2, "cherry"))
+    with pytest.raises(ReportBudgetExceeded):
+        store.ingest("fruit", refused, rate_limit=limit, report_budget=budget, now=61.0)
+    assert store.get_campaign("fruit").shard_reports == (2, 2, 0, 0)
+    # The same batch sent again costs nothing: all duplicates, within every share.
+    again = store.ingest("fruit", batch, rate_limit=limit, report_budget=budget, now=62.0)
+    assert (again.accepted, again.duplicates) == (0, 4)

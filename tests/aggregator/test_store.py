@@ -11,13 +11,9 @@ import redis
 from aggregator_testdata import KRR_SPEC, PLANAR_SPEC, new_id
 from redis.crc import key_slot
 
-from aggregator.storage.store import (
-    CampaignClosed,
-    CampaignExists,
-    CampaignNotFound,
-    CampaignStore,
-    StoredReport,
-)
+from aggregator.storage.errors import CampaignClosed, CampaignExists, CampaignNotFound
+from aggregator.storage.ingest import StoredReport
+from aggregator.storage.store import CampaignStore
 from shared.errors import SpecError
 from shared.spec import CampaignSpec
 

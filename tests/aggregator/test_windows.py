@@ -23,9 +23,10 @@ from aggregator.http.windows import WindowRead
 from aggregator.services import EXTENSION
 from aggregator.storage import layout as layouts
 from aggregator.storage import migrate, periods
+from aggregator.storage.ingest import StoredReport
 from aggregator.storage.periods import Window
 from aggregator.storage.retention import DAY_S
-from aggregator.storage.store import Campaign, CampaignStore, StoredReport
+from aggregator.storage.store import Campaign, CampaignStore
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
 

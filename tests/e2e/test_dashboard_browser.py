@@ -1289,7 +1289,8 @@ def drift(live_server) -> dict:
 
     import redis
 
-    from aggregator.storage.store import CampaignStore, StoredReport
+    from aggregator.storage.ingest import StoredReport
+    from aggregator.storage.store import CampaignStore
 
     today = datetime.datetime.now(datetime.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     first = today.timestamp() - (DRIFT_DAYS - 1) * DAY_S

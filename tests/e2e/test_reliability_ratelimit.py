@@ -21,6 +21,8 @@ def server(tmp_path_factory):
         "LDP_RATELIMIT_PUBLIC": f"{LIMIT} per minute",
         "LDP_RATELIMIT_REPORTS": f"{LIMIT} per minute",
         "LDP_RATELIMIT_LOGIN": f"{LIMIT} per minute",
+        # One shard: a report's limit is counted whole in it (each of S shards admits 1/S).
+        "LDP_SHARDS": "1",
     }
     data_dir = tmp_path_factory.mktemp("ratelimit") / "data"
     with running_server(data_dir, env=settings, workers=2) as srv:

@@ -100,7 +100,8 @@ def test_a_redis_left_by_a_dead_owner_is_shut_down_and_its_data_kept(tmp_path):
         import sys, time, uuid
         import redis
         from aggregator.storage.redis_server import EmbeddedRedis
-        from aggregator.storage.store import CampaignStore, StoredReport
+        from aggregator.storage.store import CampaignStore
+        from aggregator.storage.ingest import StoredReport
         from shared.spec import CampaignSpec
         spec = CampaignSpec.from_dict({SPEC!r})
         store = CampaignStore(redis.Redis.from_url(EmbeddedRedis({str(data_dir)!r}).start()))

@@ -1,12 +1,16 @@
--- Ingest the reports of one batch that belong to one shard of a campaign, atomically.
+-- Admit and ingest the reports of one submission that belong to one shard of a campaign,
+-- atomically, in the shard's own slot: the campaign's record is not needed, so a shard
+-- whose master is up takes reports while another master fails over.
 --
 -- KEYS[1] shard state hash (status, spec_hash, n_reports, last_ms)   KEYS[2] counts hash
 -- KEYS[3] hourly counts hash   KEYS[4] raw report stream   KEYS[5] unused enrollment tokens
 -- KEYS[6] the counts of the period the reports are received in, as a hash, and KEYS[7] as a
 -- dense string of 32-bit big-endian counts by output index (aggregator.storage.layout)
--- KEYS[8..] deduplication sets, three per bucket the batch touches: the bucket's set in
+-- KEYS[8] the client's submissions counted in this shard in the current rate-limit window
+-- KEYS[9] the client's new reports stored in this shard in the current budget window
+-- KEYS[10..] deduplication sets, three per bucket the batch touches: the bucket's set in
 -- the current window, then in the two windows before (aggregator.storage.layout)
--- ARGV[1] 1 to check only (write nothing), else 0
+-- ARGV[1] 1 to check only (write nothing but the submission's count), else 0
 -- ARGV[2] the spec hash the reports were validated against ('' to skip the check)
 -- ARGV[3] hour bucket (unix seconds)   ARGV[4] now (unix ms)
 -- ARGV[5] 1 if the campaign requires enrollment, else 0
@@ -16,47 +20,70 @@
 -- ARGV[9] seconds until the period's counts expire (0: never)
 -- ARGV[10] the number of outputs with reports from which the period's hash becomes dense
 -- ARGV[11] the campaign's highest output index
--- ARGV[12] the number D of distinct outputs whose wire value follows (0 unless raw reports
+-- ARGV[12] the shard's share of the client's submissions per window (0: no limit, or the
+-- submission is counted in another call)   ARGV[13] that window in seconds
+-- ARGV[14] the shard's share of the client's new reports per budget window (0: no budget)
+-- ARGV[15] that window in seconds   ARGV[16] the shard's share of the campaign's quota (0: none)
+-- ARGV[17] the number D of distinct outputs whose wire value follows (0 unless raw reports
 -- are kept), then D pairs (output index, value JSON); then per report: its bucket's number
--- b (its sets are KEYS[8 + 3b .. 10 + 3b]), the integer standing for its id, its output
+-- b (its sets are KEYS[10 + 3b .. 12 + 3b]), the integer standing for its id, its output
 -- index, its token digest (only if ARGV[5] is 1) and its id (only if ARGV[6] is 1)
 --
--- Returns {status, accepted, duplicates, index}: status STORED, NO_CAMPAIGN, CLOSED,
--- NO_TOKEN (report number `index` (1-based, in this shard's list) has no unused enrollment
--- token) or SPEC_CHANGED (the shard's spec hash is not ARGV[2]). Nothing is written unless the status is
--- STORED; when checking only, `accepted` is the number of new reports the call would store.
--- A report id already stored is a duplicate whatever its token (a retry must not be refused
--- because its token was spent by itself).
--- Status codes (aggregator.storage.store.IngestStatus has the same names and values).
+-- Returns {status, accepted, duplicates, index, hits, ttl}: status STORED, NO_CAMPAIGN,
+-- CLOSED, NO_TOKEN (report number `index` (1-based, in this shard's list) has no unused
+-- enrollment token), SPEC_CHANGED (the shard's spec hash is not ARGV[2]), RATE_LIMITED,
+-- OVER_BUDGET (the new reports would overdraw the shard's share of the budget) or
+-- OVER_QUOTA (the shard would hold more than its share of the quota). Nothing is written
+-- unless the status is STORED (a refused submission is still counted against the rate
+-- limit); when checking only, `accepted` is the number of new reports the call would store.
+-- `hits` is the submissions counted in this shard's rate-limit window so far and `ttl` the
+-- seconds left in it (both 0 when not counted here), or for OVER_BUDGET the seconds left in
+-- the budget's window. A report id already stored is a duplicate whatever its token (a
+-- retry must not be refused because its token was spent by itself); duplicates cost no
+-- budget. Fixed windows count as ratelimit.lua does.
+-- Status codes (aggregator.storage.ingest.IngestStatus has the same names and values).
 local STORED, NO_CAMPAIGN, CLOSED, NO_TOKEN, SPEC_CHANGED = 0, 1, 2, 3, 4
+local RATE_LIMITED, OVER_BUDGET, OVER_QUOTA = 5, 6, 7
 
 local state = redis.call('HMGET', KEYS[1], 'status', 'spec_hash')
 if not state[1] then
-  return {NO_CAMPAIGN, 0, 0, 0}
+  return {NO_CAMPAIGN, 0, 0, 0, 0, 0}
 end
 if ARGV[2] ~= '' and state[2] ~= ARGV[2] then
-  return {SPEC_CHANGED, 0, 0, 0}
+  return {SPEC_CHANGED, 0, 0, 0, 0, 0}
 end
 if state[1] ~= 'open' then
-  return {CLOSED, 0, 0, 0}
+  return {CLOSED, 0, 0, 0, 0, 0}
+end
+local hits, ttl = 0, 0
+local limit = tonumber(ARGV[12])
+if limit > 0 then
+  hits = redis.call('INCR', KEYS[8])
+  if hits == 1 then
+    redis.call('EXPIRE', KEYS[8], ARGV[13])
+  end
+  ttl = redis.call('TTL', KEYS[8])
+  if hits > limit then
+    return {RATE_LIMITED, 0, 0, 0, hits, ttl}
+  end
 end
 local check_only = ARGV[1] == '1'
 local enrollment = ARGV[5] == '1'
 local keep = ARGV[6] == '1'
 local stride = 3 + (enrollment and 1 or 0) + (keep and 1 or 0)
 local values = {}
-local n_values = tonumber(ARGV[12])
+local n_values = tonumber(ARGV[17])
 for v = 0, n_values - 1 do
-  values[ARGV[13 + 2 * v]] = ARGV[14 + 2 * v]
+  values[ARGV[18 + 2 * v]] = ARGV[19 + 2 * v]
 end
-local first = 13 + 2 * n_values
+local first = 18 + 2 * n_values
 local n = (#ARGV - first + 1) / stride
 
 -- Whether report r's id is new: in none of its bucket's live sets, nor earlier in the batch.
 local in_batch = {}
 local function is_new(r)
   local base = first + stride * (r - 1)
-  local set = 8 + 3 * tonumber(ARGV[base])
+  local set = 10 + 3 * tonumber(ARGV[base])
   local member = ARGV[base + 1]
   local name = ARGV[base] .. ':' .. member
   if in_batch[name] then
@@ -135,14 +162,33 @@ if enrollment then
     if fresh[r] then
       local token = ARGV[first + stride * (r - 1) + 3]
       if token == '' or tokens[token] or redis.call('SISMEMBER', KEYS[5], token) == 0 then
-        return {NO_TOKEN, 0, 0, r}
+        return {NO_TOKEN, 0, 0, r, hits, ttl}
       end
       tokens[token] = true
     end
   end
 end
+local budget = tonumber(ARGV[14])
+if budget > 0 and n_fresh > 0 then
+  if tonumber(redis.call('GET', KEYS[9]) or '0') + n_fresh > budget then
+    local budget_ttl = redis.call('TTL', KEYS[9])
+    if budget_ttl < 0 then
+      budget_ttl = tonumber(ARGV[15])
+    end
+    return {OVER_BUDGET, 0, 0, 0, hits, budget_ttl}
+  end
+end
+local quota = tonumber(ARGV[16])
+if quota > 0 and n_fresh > 0 then
+  if tonumber(redis.call('HGET', KEYS[1], 'n_reports') or '0') + n_fresh > quota then
+    return {OVER_QUOTA, 0, 0, 0, hits, ttl}
+  end
+end
 if check_only or n_fresh == 0 then
-  return {STORED, n_fresh, n - n_fresh, 0}
+  return {STORED, n_fresh, n - n_fresh, 0, hits, ttl}
+end
+if budget > 0 and redis.call('INCRBY', KEYS[9], n_fresh) == n_fresh then
+  redis.call('EXPIRE', KEYS[9], ARGV[15])
 end
 
 local tally = {}
@@ -151,7 +197,7 @@ local now_ms = ARGV[4]
 for r = 1, n do
   if fresh[r] then
     local base = first + stride * (r - 1)
-    local set = 8 + 3 * tonumber(ARGV[base])
+    local set = 10 + 3 * tonumber(ARGV[base])
     local output = ARGV[base + 2]
     redis.call('SADD', KEYS[set], ARGV[base + 1])
     touched[set] = true
@@ -179,4 +225,4 @@ local min_id = tonumber(ARGV[7])
 if keep and min_id > 0 then
   redis.call('XTRIM', KEYS[4], 'MINID', min_id)
 end
-return {STORED, n_fresh, n - n_fresh, 0}
+return {STORED, n_fresh, n - n_fresh, 0, hits, ttl}
