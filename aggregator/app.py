@@ -74,13 +74,15 @@ def create_app(test_config: Settings | Mapping[str, Any] | None = None) -> flask
         # Client address (rate limits) and scheme (the Secure cookie) from the proxies' headers.
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=proxies, x_proto=proxies)  # type: ignore[method-assign]
 
-    app.extensions[EXTENSION] = StoreHandle(settings)
+    app_metrics = metrics.init_app(app)
+    app.extensions[EXTENSION] = StoreHandle(
+        settings, on_under_replicated=app_metrics.record_under_replicated
+    )
     app.extensions[LIMITS_EXTENSION] = EstimateLimits(
         max_work=settings.estimate_max_work,
         timeout_s=settings.estimate_timeout_s,
         threads=settings.estimate_threads,
     )
-    app_metrics = metrics.init_app(app)
     register_error_handlers(app, on_redis_error=app_metrics.record_redis_error)
     cors.init_app(app)
     app.register_blueprint(routes.bp)

@@ -1,13 +1,14 @@
 """What an app keeps in ``app.extensions``: its settings and its store handle.
 
 Reached through :func:`current_settings`, :func:`get_store`, :func:`get_capacity`,
-:func:`get_channels` and :func:`get_redis_client`.
+:func:`get_replication`, :func:`get_channels` and :func:`get_redis_client`.
 """
 
 from __future__ import annotations
 
 import atexit
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import flask
@@ -18,6 +19,7 @@ from aggregator.storage.capacity import CapacityGuard
 from aggregator.storage.cluster import Connection, open_connection
 from aggregator.storage.migrate import migrate_campaigns
 from aggregator.storage.redis_server import EmbeddedRedis, connect_url
+from aggregator.storage.replication import ReplicaWatch, UnderReplicatedReports
 from aggregator.storage.store import CampaignStore
 
 if TYPE_CHECKING:
@@ -27,13 +29,22 @@ EXTENSION = "ldp"
 SETTINGS_EXTENSION = "ldp_settings"
 
 
-def open_store(url: str, settings: Settings) -> tuple[CampaignStore, Connection]:
+def open_store(
+    url: str,
+    settings: Settings,
+    *,
+    on_under_replicated: Callable[[str, int], None] | None = None,
+) -> tuple[CampaignStore, Connection]:
     """The store at ``url`` (one Redis or a cluster) as ``settings`` say, and its connection.
 
     Campaigns stored by an earlier version are moved to the current layout first
-    (:func:`aggregator.storage.migrate.migrate_campaigns`).
+    (:func:`aggregator.storage.migrate.migrate_campaigns`). New reports a master
+    acknowledges with fewer replicas than asked for are counted in Redis
+    (:class:`~aggregator.storage.replication.UnderReplicatedReports`) and passed on to
+    ``on_under_replicated(node, reports)``.
     """
     connection = open_connection(url, health_check_interval=30)
+    counted = UnderReplicatedReports(connection, on_count=on_under_replicated)
     store = CampaignStore(
         connection,
         report_id_ttl_s=settings.report_id_ttl_s,
@@ -44,19 +55,31 @@ def open_store(url: str, settings: Settings) -> tuple[CampaignStore, Connection]
         max_reports=settings.campaign_max_reports,
         ack_replicas=settings.ack_replicas,
         ack_timeout_ms=settings.ack_timeout_ms,
+        on_under_replicated=counted.record,
     )
     migrate_campaigns(store)
     return store, connection
 
 
 class StoreHandle:
-    """Opens the store on first use, once per process, and closes what it opened."""
+    """Opens the store on first use, once per process, and closes what it opened.
 
-    def __init__(self, settings: Settings) -> None:
+    ``on_under_replicated(node, reports)`` hears of the new reports the store's masters
+    acknowledge with fewer replicas than asked for (the app's metrics count them).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        on_under_replicated: Callable[[str, int], None] | None = None,
+    ) -> None:
         self._settings = settings
+        self._on_under_replicated = on_under_replicated
         self._lock = threading.Lock()
         self._store: CampaignStore | None = None
         self._capacity: CapacityGuard | None = None
+        self._replication: ReplicaWatch | None = None
         self._client: Connection | None = None
         self._url: str | None = None
         self.embedded: EmbeddedRedis | None = None
@@ -75,13 +98,16 @@ class StoreHandle:
                 if self.embedded is not None:
                     atexit.register(self.embedded.stop)
                 self._url = url
-                self._store, connection = open_store(url, settings)
+                self._store, connection = open_store(
+                    url, settings, on_under_replicated=self._on_under_replicated
+                )
                 self._client = connection
                 self._capacity = CapacityGuard(
                     connection,
                     high_water=settings.storage_high_water,
                     check_interval_s=settings.storage_check_interval_s,
                 )
+                self._replication = ReplicaWatch(self._store)
             return self._store
 
     def capacity(self) -> CapacityGuard:
@@ -89,6 +115,12 @@ class StoreHandle:
         self.get()
         assert self._capacity is not None
         return self._capacity
+
+    def replication(self) -> ReplicaWatch:
+        """What the store's masters have of replicas (opens the store if needed)."""
+        self.get()
+        assert self._replication is not None
+        return self._replication
 
     def client(self) -> Connection:
         """The Redis client the store uses (opens the store if needed), for the metrics' scrape.
@@ -119,6 +151,11 @@ def get_store() -> CampaignStore:
 def get_capacity() -> CapacityGuard:
     """The current app's guard over the store's memory."""
     return flask.current_app.extensions[EXTENSION].capacity()
+
+
+def get_replication() -> ReplicaWatch:
+    """The current app's watch over the replicas of the store's masters."""
+    return flask.current_app.extensions[EXTENSION].replication()
 
 
 def get_channels() -> ChannelCache:

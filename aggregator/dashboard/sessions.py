@@ -115,21 +115,33 @@ def sign_out() -> None:
     flask.session.clear()
 
 
-def signed_in() -> bool:
-    """Whether the request carries a live session opened by a currently valid token."""
-    if "ldp_signed_in" in flask.g:
-        return flask.g.ldp_signed_in
-    result = False
+def session_role() -> str | None:
+    """The role of the currently valid token that opened the request's live session
+    (``admin`` for the admin token, else ``analyst``), or None without one."""
+    if "ldp_session_role" in flask.g:
+        return flask.g.ldp_session_role
+    role = None
     sid = flask.session.get("sid")
     if isinstance(sid, str) and sid:
         stored = get_store().sessions.fingerprint(sid)
+        settings = current_settings()
+        tokens = ((auth.ADMIN, settings.admin_token), (auth.ANALYST, settings.analyst_token))
         if stored is not None:
-            result = any(
-                hmac.compare_digest(stored, _fingerprint(token).encode())
-                for token in _configured_tokens()
+            role = next(
+                (
+                    name
+                    for name, token in tokens
+                    if token and hmac.compare_digest(stored, _fingerprint(token).encode())
+                ),
+                None,
             )
-    flask.g.ldp_signed_in = result
-    return result
+    flask.g.ldp_session_role = role
+    return role
+
+
+def signed_in() -> bool:
+    """Whether the request carries a live session opened by a currently valid token."""
+    return session_role() is not None
 
 
 def safe_next(raw: str | None) -> str | None:

@@ -18,7 +18,7 @@ import flask
 from aggregator.dashboard import data, sessions
 from aggregator.dashboard.sessions import data_login_required, page_login_required
 from aggregator.estimation import decision
-from aggregator.http import estimates, export, trends, windows
+from aggregator.http import auth, estimates, export, trends, windows
 from aggregator.http.errors import APIError
 from aggregator.http.routes import (
     _estimate_sources,
@@ -27,7 +27,7 @@ from aggregator.http.routes import (
     request_window,
     window_suffix,
 )
-from aggregator.services import current_settings, get_store
+from aggregator.services import current_settings, get_replication, get_store
 from aggregator.storage.errors import CampaignNotFound
 from aggregator.storage.store import Campaign
 from shared.errors import ValidationError
@@ -62,6 +62,27 @@ def _template_helpers() -> dict[str, Any]:
         "csrf_token": sessions.csrf_token,
         "csrf_field": sessions.CSRF_FIELD,
         "signed_in": sessions.signed_in,
+        "replication_notice": replication_notice,
+    }
+
+
+def replication_notice() -> dict[str, int | None] | None:
+    """What an admin's pages say while a Redis master holding campaign shards has fewer
+    replicas than writes wait for: those masters, their shards (None: not read) and the
+    reports acknowledged by such masters since the store was created (None: not read).
+    None when there is nothing to say, or to anyone but an admin."""
+    if sessions.session_role() != auth.ADMIN:
+        return None
+    reading = get_replication().reading()
+    holding = [master for master in reading.under_replicated if master.shards != 0]
+    if not holding:
+        return None
+    shards = [master.shards for master in holding]
+    return {
+        "wanted": reading.wanted,
+        "masters": len(holding),
+        "shards": None if None in shards else sum(count or 0 for count in shards),
+        "reports": reading.reports,
     }
 
 

@@ -142,6 +142,22 @@ def grants(token: str, role: str) -> bool:
     return any(_matches(token, config.get(name)) for name in _ROLE_TOKENS[role])
 
 
+def token_grants(token: str, role: str) -> bool:
+    """Whether ``token`` carries ``role``; False for a configured token of another role.
+
+    Raises 429 (throttled: before any token is compared) or 401 for a token that is none
+    of the configured ones, counted as a failed attempt.
+    """
+    refuse_if_throttled()
+    if grants(token, role):
+        return True
+    config = flask.current_app.config
+    if any(_matches(token, config.get(name)) for name in TOKEN_SETTINGS):
+        return False
+    record_failure()
+    raise APIError(401, "unauthorized", "the bearer token is not valid")
+
+
 def check_role(role: str) -> None:
     """Raise 401 (no or unknown token), 403 (token without ``role``) or 429 (throttled)."""
     token = bearer_token()
@@ -149,14 +165,8 @@ def check_role(role: str) -> None:
         raise APIError(
             401, "unauthorized", f"this endpoint needs a bearer token of the {role} role"
         )
-    refuse_if_throttled()
-    if grants(token, role):
-        return
-    config = flask.current_app.config
-    if any(_matches(token, config.get(name)) for name in TOKEN_SETTINGS):
+    if not token_grants(token, role):
         raise APIError(403, "forbidden", f"the token does not grant the {role} role")
-    record_failure()
-    raise APIError(401, "unauthorized", "the bearer token is not valid")
 
 
 def require(role: str) -> Callable[[F], F]:

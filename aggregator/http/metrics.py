@@ -7,8 +7,13 @@ What is counted (docs/aggregator.md, "Metrics", lists every metric):
   endpoint answered, validation errors grouped as ``invalid``);
 * the time each estimate took, per method, confidence level and outcome;
 * Redis errors that failed a request, per node where the error names one;
+* new reports a master acknowledged with fewer replicas than writes wait for
+  (``LDP_ACK_REPLICAS`` unset: a master with no replica yet, after a failover);
 * at scrape time, per Redis node (every node of a Redis Cluster): whether it
-  answers, its memory used, its ``maxmemory`` and the store's high-water mark.
+  answers, its memory used, its ``maxmemory`` and the store's high-water mark;
+  per master its replicas, and the slots and campaign shards held by masters
+  with fewer replicas than writes wait for (read at most every few seconds, see
+  :class:`aggregator.storage.replication.ReplicaWatch`).
 
 Labels stay bounded: a campaign label is only ever a campaign that was found
 in the store (created by an admin), never a client's address or a report id.
@@ -47,9 +52,10 @@ from prometheus_client.registry import Collector
 from aggregator.estimation.compute import METHODS
 from aggregator.http.auth import METRICS, bearer_token, check_role, grants
 from aggregator.http.errors import APIError, answer_code
-from aggregator.services import current_settings, get_redis_client
+from aggregator.services import current_settings, get_redis_client, get_replication
 from aggregator.storage.cluster import Connection, node_clients
 from aggregator.storage.ingest import IngestResult
+from aggregator.storage.replication import ReplicationReading
 from shared.errors import ValidationError
 
 bp = flask.Blueprint("metrics", __name__)
@@ -75,7 +81,12 @@ _NODE_IN_MESSAGE = re.compile(r"(?:connecting to|reading from|writing to) (\S+?)
 _HOST_PORT = re.compile(r"\S+:\d+|/\S+")
 # Left out of a scrape without a token: counts of reports (see the module docstring).
 _REPORT_COUNTS = frozenset(
-    {"ldp_reports_accepted", "ldp_reports_duplicate", "ldp_report_submissions_accepted"}
+    {
+        "ldp_reports_accepted",
+        "ldp_reports_duplicate",
+        "ldp_report_submissions_accepted",
+        "ldp_reports_under_replicated",
+    }
 )
 # Summed away in a scrape without a token: a campaign, and a node's address or socket path.
 _PRIVATE_LABELS = frozenset({"campaign", "node"})
@@ -149,6 +160,13 @@ class Metrics:
             ["node"],
             registry=registry,
         )
+        self.reports_under_replicated = Counter(
+            "ldp_reports_under_replicated",
+            "New reports acknowledged by a master with fewer replicas than writes wait for "
+            "(LDP_ACK_REPLICAS unset: none yet, after a failover), per master.",
+            ["node"],
+            registry=registry,
+        )
 
     @classmethod
     def for_process(cls) -> Metrics:
@@ -180,11 +198,21 @@ class Metrics:
         """Count a Redis error that failed a request, under the node it names."""
         self.redis_errors.labels(node_of_error(error)).inc()
 
+    def record_under_replicated(self, node: str, reports: int) -> None:
+        """Count new reports ``node`` acknowledged with fewer replicas than writes wait for."""
+        self.reports_under_replicated.labels(node).inc(reports)
+
     def exposition(
-        self, client: Connection | None, high_water: float, *, open_view: bool = False
+        self,
+        client: Connection | None,
+        high_water: float,
+        *,
+        open_view: bool = False,
+        replication: ReplicationReading | None = None,
     ) -> bytes:
-        """The text a scrape answers: the counts (of every worker) and each node's state;
-        ``open_view``: what a scrape without a token gets (:class:`OpenView`)."""
+        """The text a scrape answers: the counts (of every worker), each node's state and the
+        masters' ``replication``; ``open_view``: what a scrape without a token gets
+        (:class:`OpenView`)."""
         scrape = CollectorRegistry()
         counts: Collector = (
             self.registry
@@ -194,6 +222,9 @@ class Metrics:
         scrape.register(OpenView(counts) if open_view else counts)
         if client is not None:
             scrape.register(RedisNodeCollector(client, high_water, numbered=open_view))
+            if replication is not None:
+                labels = node_labels(client, numbered=open_view)
+                scrape.register(ReplicationCollector(replication, labels))
         return generate_latest(scrape)
 
 
@@ -303,12 +334,9 @@ class RedisNodeCollector:
             labels=["node"],
         )
         nodes = node_clients(self.client, masters_only=False)
-        if self.numbered:
-            nodes = [
-                (str(place), client)
-                for place, (_, client) in enumerate(sorted(nodes, key=lambda node: node[0]))
-            ]
-        for node, client in nodes:
+        labels = node_labels(self.client, numbered=self.numbered)
+        for name, client in nodes:
+            node = labels[name]
             if client is None:
                 up.add_metric([node], 0)
                 continue
@@ -327,6 +355,58 @@ class RedisNodeCollector:
             if maxmemory:
                 high_water.add_metric([node], int(maxmemory * self.high_water))
         yield from (up, used, limit, high_water)
+
+
+def node_labels(client: Connection, *, numbered: bool) -> dict[str, str]:
+    """Each node's label (every node of a cluster): its address or socket path, or with
+    ``numbered`` its place among the nodes sorted by address (``0``, ``1``, ...)."""
+    names = sorted(name for name, _ in node_clients(client, masters_only=False))
+    return {name: str(place) if numbered else name for place, name in enumerate(names)}
+
+
+class ReplicationCollector:
+    """The masters' replicas as last read (:class:`~aggregator.storage.replication.ReplicaWatch`),
+    each master labelled by ``labels`` (a master missing from them is left out)."""
+
+    def __init__(self, reading: ReplicationReading, labels: dict[str, str]) -> None:
+        self.reading = reading
+        self.labels = labels
+
+    def collect(self) -> Iterator[Metric]:
+        reading = self.reading
+        replicas = GaugeMetricFamily(
+            "ldp_redis_replicas",
+            "Replicas connected to the master (INFO replication), for each master that answered.",
+            labels=["node"],
+        )
+        for master in reading.masters:
+            if master.node in self.labels:
+                replicas.add_metric([self.labels[master.node]], master.replicas)
+        short = reading.under_replicated
+        yield replicas
+        yield GaugeMetricFamily(
+            "ldp_redis_replicas_wanted",
+            "Replicas a write of reports waits for (LDP_ACK_REPLICAS; unset: 1 on a cluster, "
+            "or as many as the master has while it has fewer).",
+            value=reading.wanted,
+        )
+        yield GaugeMetricFamily(
+            "ldp_redis_under_replicated_masters",
+            "Masters with fewer replicas than writes wait for.",
+            value=len(short),
+        )
+        yield GaugeMetricFamily(
+            "ldp_redis_under_replicated_slots",
+            "Cluster slots served by those masters (a single server serves all 16384).",
+            value=sum(master.slots for master in short),
+        )
+        shards = [master.shards for master in short]
+        if None not in shards:  # left out when the campaigns could not be read
+            yield GaugeMetricFamily(
+                "ldp_redis_under_replicated_shards",
+                "Campaign shards held by those masters.",
+                value=sum(count or 0 for count in shards),
+            )
 
 
 def scrape_sees_everything(public: bool) -> bool:
@@ -357,8 +437,12 @@ def metrics() -> flask.Response:
         client = get_redis_client()
     except redis.RedisError:  # the embedded Redis would not start: nodes show nothing
         client = None
+    try:
+        replication: ReplicationReading | None = get_replication().reading()
+    except redis.RedisError:  # the store cannot be opened: no master to read
+        replication = None
     body = current_metrics().exposition(
-        client, settings.storage_high_water, open_view=not everything
+        client, settings.storage_high_water, open_view=not everything, replication=replication
     )
     return flask.Response(body, mimetype=None, content_type=TEXT_FORMAT)
 

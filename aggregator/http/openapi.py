@@ -435,7 +435,10 @@ def document(max_batch: int = DEFAULT_MAX_BATCH) -> dict[str, Any]:
             "/api/v1/health": {
                 "get": {
                     "summary": "Liveness and store reachability",
-                    "responses": {"200": _json({"type": "object"}, "OK"), **_errors(429)},
+                    "description": "Also which Redis masters have fewer replicas than writes "
+                    "wait for; with the metrics or admin token each of them by address, and "
+                    "the reports they acknowledged (docs/aggregator.md)",
+                    "responses": {"200": _json({"type": "object"}, "OK"), **_errors(401, 429)},
                 }
             },
             "/api/v1/campaigns": {

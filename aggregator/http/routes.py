@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from typing import Any
@@ -11,12 +12,18 @@ import redis
 
 from aggregator.estimation.advised_spec import spec_and_advice
 from aggregator.http import estimates, export, trends, windows
-from aggregator.http.auth import ADMIN, ANALYST, require
+from aggregator.http.auth import ADMIN, ANALYST, METRICS, bearer_token, require, token_grants
 from aggregator.http.errors import APIError
 from aggregator.http.metrics import counted_submission, current_metrics
 from aggregator.http.ratelimits import add_headers
 from aggregator.http.reports import parse_submission
-from aggregator.services import current_settings, get_capacity, get_channels, get_store
+from aggregator.services import (
+    current_settings,
+    get_capacity,
+    get_channels,
+    get_replication,
+    get_store,
+)
 from aggregator.storage.errors import (
     CampaignFull,
     CampaignNotFound,
@@ -24,6 +31,7 @@ from aggregator.storage.errors import (
     SpecChanged,
 )
 from aggregator.storage.ingest import RateLimit, ReportBudget
+from aggregator.storage.replication import ReplicationReading
 from aggregator.storage.store import STATUSES, Campaign, is_out_of_memory
 from shared.errors import ValidationError
 from shared.schema import Object, String
@@ -90,8 +98,12 @@ def load_campaign(campaign_id: str) -> Campaign:
 
 @bp.get("/health")
 def health() -> flask.Response:
-    """Liveness, and whether reports are accepted: reads only, so it answers at a full store."""
+    """Liveness, whether reports are accepted and which masters lack replicas: reads only, so
+    it answers at a full store. Each master's address and the reports acknowledged on fewer
+    replicas only for a token of the metrics role (as ``/metrics``); a wrong token is 401."""
     get_store().ping()
+    token = bearer_token()
+    detailed = token is not None and token_grants(token, METRICS)
     capacity = get_capacity()
     reading = capacity.reading()
     return flask.jsonify(
@@ -103,8 +115,32 @@ def health() -> flask.Response:
                 "high_water": capacity.high_water if reading.limit_bytes else None,
                 "refused": capacity.refusals(),
             },
+            "replication": replication_body(get_replication().reading(), detailed=detailed),
         }
     )
+
+
+def replication_body(reading: ReplicationReading, *, detailed: bool) -> dict[str, Any]:
+    """``/health``'s ``replication``: the replicas writes wait for, the masters that answered,
+    and those with fewer replicas (how many, their cluster slots and campaign shards; None
+    where the campaigns could not be read). ``detailed`` adds each of those masters and the
+    reports acknowledged by such masters since the store was created."""
+    short = reading.under_replicated
+    shards = [master.shards for master in short]
+    under: dict[str, Any] = {
+        "masters": len(short),
+        "slots": sum(master.slots for master in short),
+        "shards": None if None in shards else sum(count or 0 for count in shards),
+    }
+    body: dict[str, Any] = {
+        "replicas_wanted": reading.wanted,
+        "masters": len(reading.masters),
+        "under_replicated": under,
+    }
+    if detailed:
+        under["nodes"] = [dataclasses.asdict(master) for master in short]
+        body["reports_under_replicated"] = reading.reports
+    return body
 
 
 def listed(campaign: Campaign) -> dict[str, Any]:

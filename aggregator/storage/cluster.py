@@ -12,7 +12,10 @@ that live on one node are sent down one connection to that node, followed by
 counts exactly those writes. A node that has gone (failover), moved its slots
 or is loading is retried with a fresh view of the cluster until
 ``retry_for_s`` runs out; the scripts are idempotent (report ids are
-deduplicated), so a retry after a lost reply stores nothing twice.
+deduplicated), so a retry after a lost reply stores nothing twice. A node whose
+writes were acknowledged with fewer replicas than asked for (``only_present``:
+a master with fewer replicas now) is reported to the writer's owner with the
+replies concerned, so that it can count what is held on fewer copies.
 """
 
 from __future__ import annotations
@@ -109,6 +112,14 @@ def refresh_map(connection: Connection) -> None:
             logger.warning("could not read the cluster's map yet (%s)", type(exc).__name__)
 
 
+def slot_owners(connection: Connection) -> dict[int, str]:
+    """Each slot's master (``host:port``), read afresh; empty on a single server."""
+    if not isinstance(connection, RedisCluster):
+        return {}
+    refresh_map(connection)
+    return {slot: nodes[0].name for slot, nodes in connection.nodes_manager.slots_cache.items()}
+
+
 class NotAcknowledged(redis.RedisError):
     """A write reached its master but not the replicas it must reach before it is acknowledged."""
 
@@ -141,6 +152,12 @@ class NodeWriter:
         meanwhile).
     retry_for_s : float
         How long a write is retried through a failover before the error is raised.
+    on_under_replicated : callable, optional
+        Called as ``on_under_replicated(node, replies)`` after a node (``host:port`` or
+        socket path) acknowledged writes with fewer than ``ack_replicas`` replicas
+        (``only_present`` only), with the replies of those calls, in order; calls sent
+        with ``wait=False`` are never reported. It must not raise: its errors fail the
+        write that was acknowledged.
     """
 
     def __init__(
@@ -152,6 +169,7 @@ class NodeWriter:
         only_present: bool = False,
         retry_for_s: float = DEFAULT_RETRY_FOR_S,
         sleep: Callable[[float], None] = time.sleep,
+        on_under_replicated: Callable[[str, list[Any]], None] | None = None,
     ) -> None:
         self.connection = connection
         self.ack_replicas = ack_replicas
@@ -160,6 +178,7 @@ class NodeWriter:
         self.ack_timeout_ms = ack_timeout_ms
         self.retry_for_s = retry_for_s
         self._sleep = sleep
+        self.on_under_replicated = on_under_replicated
 
     def run(self, calls: Sequence[Call], *, wait: bool = True) -> list[Any]:
         """The replies of ``calls``, in order: one round trip per node they touch.
@@ -182,11 +201,15 @@ class NodeWriter:
                 try:
                     replicas = self._replicas_to_wait(name, client) if wait else 0
                     sent = self._send(client, calls, indices, replicas)
-                    for index, reply in zip(indices, sent, strict=True):
-                        replies[index] = reply
                 except RETRIED as exc:
                     failed.extend(indices)
                     error = exc
+                    continue
+                for index, reply in zip(indices, sent, strict=True):
+                    replies[index] = reply
+                # Outside the try: an error of the hook must not send the writes again.
+                if wait and replicas < self.ack_replicas and self.on_under_replicated is not None:
+                    self.on_under_replicated(name, sent)
             if failed and time.monotonic() >= deadline:
                 assert error is not None
                 raise error
@@ -202,7 +225,7 @@ class NodeWriter:
         if isinstance(connection, RedisCluster):
             node: ClusterNode = connection.get_node_from_key(key)
             return node.name, connection.get_redis_connection(node)
-        return "", connection
+        return node_name(connection), connection
 
     def _replicas_to_wait(self, name: str, client: redis.Redis) -> int:
         if not self.ack_replicas or not self.only_present:
@@ -215,7 +238,7 @@ class NodeWriter:
                 logger.warning(
                     "Redis node %s has %d replicas: reports are acknowledged on fewer copies "
                     "until a replica joins",
-                    name or "(the server)",
+                    name,
                     present,
                 )
             checked = self._replicas[name] = (now, present)

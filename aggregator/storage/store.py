@@ -172,6 +172,10 @@ class CampaignStore:
     clock : callable
         The time (unix seconds) a report is received at when ingest is given none, and the
         "now" of windows; tests set it to place reports in periods.
+    on_under_replicated : callable, optional
+        Called as ``on_under_replicated(node, reports)`` when a master acknowledged
+        ``reports`` new reports with fewer replicas than ``ack_replicas`` (None: a master
+        with none yet, as after a failover); it must not raise.
     """
 
     INDEX_KEY = "ldp:campaigns"
@@ -194,6 +198,7 @@ class CampaignStore:
         ack_replicas: int | None = 0,
         ack_timeout_ms: int = 1000,
         clock: Callable[[], float] = time.time,
+        on_under_replicated: Callable[[str, int], None] | None = None,
     ) -> None:
         self.connection = connection
         self.clock = clock
@@ -219,7 +224,9 @@ class CampaignStore:
             else ack_replicas,
             ack_timeout_ms=ack_timeout_ms,
             only_present=ack_replicas is None,
+            on_under_replicated=self._acknowledged_under_replicated,
         )
+        self._on_under_replicated = on_under_replicated
         lua = resources.files("aggregator.storage") / "lua"
         self._create = connection.register_script((lua / "create.lua").read_text("utf-8"))
         self._ingestion = Ingestion(
@@ -235,6 +242,16 @@ class CampaignStore:
         self._intset_entries: int | None = None
         self._hash_entries: int | None = None
         self.sessions = SessionStore(connection)
+
+    def _acknowledged_under_replicated(self, node: str, replies: list[Any]) -> None:
+        """Pass on the new reports ``node`` acknowledged with fewer replicas than asked for.
+
+        The writer waits only for ``lua/ingest.lua`` calls that store: element 1 of each
+        reply is the reports it stored (0 for a refusal).
+        """
+        reports = sum(int(reply[1]) for reply in replies)
+        if reports and self._on_under_replicated is not None:
+            self._on_under_replicated(node, reports)
 
     def ping(self) -> None:
         """Raise ``redis.RedisError`` unless the server answers."""

@@ -26,7 +26,7 @@ from aggregator.app import create_app
 from aggregator.dashboard import data
 from aggregator.estimation import METHODS
 from aggregator.estimation.advice import oracle_mse
-from aggregator.services import get_store
+from aggregator.services import EXTENSION, get_store
 from aggregator.storage.store import CampaignStore
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
@@ -103,6 +103,39 @@ def test_sign_in_opens_a_lax_httponly_session(client, krr_campaign):
 def test_the_admin_token_also_signs_in(client, krr_campaign):
     assert sign_in(client, ADMIN_TOKEN).status_code == 303
     assert client.get("/dashboard/").status_code == 200
+
+
+def notice_of(client, url: str = "/dashboard/") -> str | None:
+    """The text of the page's notice of reports held on fewer copies (None: no notice)."""
+    page = client.get(url).get_data(as_text=True)
+    found = re.search(r'<p[^>]*id="replication-notice"[^>]*>(.*?)</p>', page, re.S)
+    return None if found is None else " ".join(re.sub(r"<[^>]+>", " ", found.group(1)).split())
+
+
+def test_an_admin_sees_a_notice_while_a_master_holding_shards_has_no_replica(config, admin):
+    # A store that waits for 1 replica, or as many as the master has (none): as a cluster's
+    # does with LDP_ACK_REPLICAS unset while a master promoted by a failover has none yet.
+    app = create_app({**config, "ACK_REPLICAS": 1})
+    app.extensions[EXTENSION].get().writer.only_present = True
+    client = app.test_client()
+    assert client.post("/api/v1/campaigns", json=KRR_SPEC, headers=admin).status_code == 201
+    post_reports(client, KRR_SPEC, ["apple", "banana", "cherry"], seed=5)
+    assert notice_of(client, LOGIN) is None  # anonymous: the sign-in page only
+    assert sign_in(client).status_code == 303
+    assert notice_of(client) is None  # an analyst's session
+    admin_client = app.test_client()
+    assert sign_in(admin_client, ADMIN_TOKEN).status_code == 303
+    for url in SIGNED_IN_PAGES:
+        notice = notice_of(admin_client, url)
+        assert notice is not None, url
+        assert "1 Redis master holding 16 campaign shards has no replica" in notice
+        assert "3 reports in all were acknowledged that way" in notice
+
+
+def test_no_notice_while_writes_wait_for_no_replica(client, krr_campaign):
+    # The test server is a master without replicas, but its store waits for none.
+    assert sign_in(client, ADMIN_TOKEN).status_code == 303
+    assert notice_of(client) is None
 
 
 def test_a_wrong_token_is_refused(client, krr_campaign):

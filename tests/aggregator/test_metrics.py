@@ -13,9 +13,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.ports import free_port
 
 from aggregator.app import create_app
-from aggregator.http.metrics import Metrics, RedisNodeCollector, node_of_error
+from aggregator.http.metrics import (
+    Metrics,
+    RedisNodeCollector,
+    ReplicationCollector,
+    node_of_error,
+)
 from aggregator.settings import Settings, SettingsError
 from aggregator.storage.cluster import node_name
+from aggregator.storage.replication import MasterReplicas, ReplicationReading
 from shared.errors import ValidationError
 
 URL = "/api/v1/campaigns/fruit/reports"
@@ -298,6 +304,8 @@ def _metric_names() -> set[str]:
         names |= {family.name + suffix for suffix in suffixes.get(family.type, ("",))}
     connection = redis.Redis.from_url(f"redis://127.0.0.1:{free_port()}")
     names |= {family.name for family in RedisNodeCollector(connection, 0.9).collect()}
+    reading = ReplicationReading(1, (MasterReplicas("n", 0, 16384, 1),), reports=0)
+    names |= {family.name for family in ReplicationCollector(reading, {"n": "n"}).collect()}
     return names
 
 

@@ -20,6 +20,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 from aggregator.app import create_app
+from aggregator.services import EXTENSION
 from aggregator.storage.cluster import is_cluster, open_connection
 from tests.support import free_port_run
 
@@ -144,6 +145,9 @@ def test_an_acknowledged_report_survives_the_loss_of_its_master(app, cluster_url
     assert client.post(REPORTS, json=batch(0, sent)).get_json()["accepted"] == 400
     connection = RedisCluster.from_url(url)
     victim = connection.get_node_from_key("ldp:{c:fruit:0}:state")
+    victim_slots = sum(
+        1 for nodes in connection.nodes_manager.slots_cache.values() if nodes[0].name == victim.name
+    )
     pid = int((root / f"node-{victim.port}" / "redis.pid").read_text())
     os.kill(pid, signal.SIGKILL)
     # Reports keep coming; those refused while the replica takes over are sent again.
@@ -162,3 +166,29 @@ def test_an_acknowledged_report_survives_the_loss_of_its_master(app, cluster_url
     assert counts["n"] == 600
     again = client.post(REPORTS, json=batch(0, sent)).get_json()
     assert again["duplicates"] == 400
+
+    # The promoted replica has no replica of its own (the killed node stays down): with
+    # LDP_ACK_REPLICAS unset it acknowledged the reports of its shards on its copy alone,
+    # and /health and /metrics say so.
+    store = app.extensions[EXTENSION].get()
+    layout = store.layout("fruit")
+    promoted = store.connection.get_node_from_key(layout.state_key(0)).name
+    shards = {
+        shard
+        for shard in range(layout.shards)
+        if store.connection.get_node_from_key(layout.state_key(shard)).name == promoted
+    }
+    alone = sum(1 for report_id in more if layout.route(report_id).shard in shards)
+    assert alone > 0
+    replication = client.get("/api/v1/health", headers=ADMIN).get_json()["replication"]
+    assert replication["replicas_wanted"] == 1
+    assert replication["under_replicated"] == {
+        "masters": 1,
+        "slots": victim_slots,
+        "shards": len(shards),
+        "nodes": [{"node": promoted, "replicas": 0, "slots": victim_slots, "shards": len(shards)}],
+    }
+    assert replication["reports_under_replicated"] == alone
+    scraped = client.get("/metrics", headers=ADMIN).get_data(as_text=True)
+    assert f'ldp_reports_under_replicated_total{{node="{promoted}"}} {float(alone)}' in scraped
+    assert "ldp_redis_under_replicated_masters 1.0" in scraped
