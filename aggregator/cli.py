@@ -25,7 +25,7 @@ import redis
 from aggregator.estimation.advised_spec import spec_and_advice
 from aggregator.http import estimates, export, windows
 from aggregator.http.enrollment import new_token
-from aggregator.services import open_store
+from aggregator.services import guard_store, open_store
 from aggregator.settings import Settings, SettingsError
 from aggregator.storage.redis_server import (
     DEFAULT_DATA_DIR,
@@ -110,7 +110,9 @@ class StoreOpener:
     def store(self) -> CampaignStore:
         """The store as the environment's settings (``LDP_SHARDS``, ...) say."""
         if self._store is None:
-            self._store, _ = open_store(self.url(), read_settings())
+            settings = read_settings()
+            self._store, connection = open_store(self.url(), settings)
+            guard_store(self._store, connection, settings)  # bounds its estimate cache
         return self._store
 
     def close(self) -> None:

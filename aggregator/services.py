@@ -17,6 +17,7 @@ import redis
 from aggregator.http.estimates import ChannelCache
 from aggregator.storage.capacity import CapacityGuard
 from aggregator.storage.cluster import Connection, open_connection
+from aggregator.storage.estimate_cache import EstimateCache
 from aggregator.storage.migrate import migrate_campaigns
 from aggregator.storage.redis_server import EmbeddedRedis, connect_url
 from aggregator.storage.replication import ReplicaWatch, UnderReplicatedReports
@@ -61,6 +62,23 @@ def open_store(
     return store, connection
 
 
+def guard_store(store: CampaignStore, connection: Connection, settings: Settings) -> CapacityGuard:
+    """The guard over the store's memory, which also bounds the store's estimate cache.
+
+    The guard refuses reports above ``STORAGE_HIGH_WATER``; the cache takes the budget
+    the settings give it and its mark from the same reading, read once a second at most.
+    """
+    capacity = CapacityGuard(
+        connection,
+        high_water=settings.storage_high_water,
+        check_interval_s=settings.storage_check_interval_s,
+    )
+    store.estimates = EstimateCache(
+        connection, budget=settings.cache_budget, memory=capacity.reading
+    )
+    return capacity
+
+
 class StoreHandle:
     """Opens the store on first use, once per process, and closes what it opened.
 
@@ -102,11 +120,7 @@ class StoreHandle:
                     url, settings, on_under_replicated=self._on_under_replicated
                 )
                 self._client = connection
-                self._capacity = CapacityGuard(
-                    connection,
-                    high_water=settings.storage_high_water,
-                    check_interval_s=settings.storage_check_interval_s,
-                )
+                self._capacity = guard_store(self._store, connection, settings)
                 self._replication = ReplicaWatch(self._store)
             return self._store
 

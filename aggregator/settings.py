@@ -34,6 +34,7 @@ from aggregator.http.estimates import DEFAULT_MAX_WORK, DEFAULT_TIMEOUT_S
 from aggregator.http.ratelimits import DEFAULT_LOGIN_LIMIT, DEFAULT_PUBLIC_LIMIT, parse_limit
 from aggregator.http.reports import DEFAULT_MAX_BATCH, DEFAULT_REPORT_BUDGET
 from aggregator.storage.capacity import DEFAULT_CHECK_INTERVAL_S, DEFAULT_HIGH_WATER
+from aggregator.storage.estimate_cache import DEFAULT_MARK_SHARE, CacheBudget
 from aggregator.storage.layout import DEFAULT_SHARDS, MAX_SHARDS
 from aggregator.storage.redis_server import (
     DEFAULT_DATA_DIR,
@@ -359,6 +360,40 @@ class Settings:
     storage_check_interval_s: float = setting(
         SECONDS, DEFAULT_CHECK_INTERVAL_S, "how long a worker reuses its reading of Redis's memory"
     )
+    cache_high_water: float | None = setting(
+        Kind(
+            "number or unset",
+            "a number > 0 and <= 1, below LDP_STORAGE_HIGH_WATER, or unset",
+            _positive(maximum=1.0),
+            optional=True,
+        ),
+        None,
+        "share of Redis's `maxmemory` from which no new estimate is cached (it is still "
+        "answered); below `LDP_STORAGE_HIGH_WATER` (unset: five sixths of it, `0.75` at its "
+        "default)",
+    )
+    cache_max_bytes: int | None = setting(
+        Kind(
+            "memory size or unset",
+            "bytes or a size such as '64mb' (0: cache nothing), or unset",
+            _memory_size,
+            optional=True,
+        ),
+        None,
+        "most memory all cached estimates may take: bytes or `64mb`; `0` caches nothing "
+        "(unset: a tenth of Redis's `maxmemory`, or 256 MiB without one)",
+    )
+    cache_campaign_max_bytes: int | None = setting(
+        Kind(
+            "memory size or unset",
+            "bytes or a size such as '16mb', at most LDP_CACHE_MAX_BYTES, or unset",
+            _memory_size,
+            optional=True,
+        ),
+        None,
+        "most memory one campaign's cached estimates may take; its least recently computed "
+        "are evicted to make room (unset: a quarter of `LDP_CACHE_MAX_BYTES`)",
+    )
     campaign_max_reports: int = setting(
         COUNT,
         DEFAULT_CAMPAIGN_MAX_REPORTS,
@@ -540,6 +575,24 @@ class Settings:
                 )
             except auth.WeakTokenError as weak:
                 raise SettingsError(env_var(name), str(weak)) from None
+        self._check_cache_budget()
+
+    def _check_cache_budget(self) -> None:
+        """The estimate cache's settings against each other and the reports' mark."""
+        mark = self.cache_high_water
+        if mark is not None and mark >= self.storage_high_water:
+            name = env_var("CACHE_HIGH_WATER")
+            raise SettingsError(
+                name,
+                f"{name} must be below LDP_STORAGE_HIGH_WATER ({self.storage_high_water!r}), "
+                f"got {mark!r}",
+            )
+        total, campaign = self.cache_max_bytes, self.cache_campaign_max_bytes
+        if total is not None and campaign is not None and campaign > total:
+            name = env_var("CACHE_CAMPAIGN_MAX_BYTES")
+            raise SettingsError(
+                name, f"{name} must be at most LDP_CACHE_MAX_BYTES ({total!r}), got {campaign!r}"
+            )
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> Settings:
@@ -584,6 +637,16 @@ class Settings:
         if not self.ratelimit_enabled:
             return None
         return parse_limit(getattr(self, name))
+
+    @property
+    def cache_budget(self) -> CacheBudget:
+        """What the estimate cache may take of Redis (its mark and caps)."""
+        mark = self.cache_high_water
+        return CacheBudget(
+            high_water=self.storage_high_water * DEFAULT_MARK_SHARE if mark is None else mark,
+            total_bytes=self.cache_max_bytes,
+            campaign_bytes=self.cache_campaign_max_bytes,
+        )
 
     @property
     def retention_s(self) -> float | None:

@@ -473,8 +473,10 @@ def cached_estimate(
     Returns the body and whether it came from the cache. The cache entry is keyed
     by campaign, method, confidence and ``window`` (None: all time), and holds the
     digest of the counts it was computed from: a new report changes the counts, so
-    the next request recomputes. A cached body is the computed one unchanged (its
-    ``seconds`` is the time the estimate took to compute). ``confidence`` must be one of
+    the next request recomputes. It is kept only within the cache's budget
+    (:mod:`aggregator.storage.estimate_cache`); otherwise the next request recomputes too.
+    A cached body is the computed one unchanged (its ``seconds`` is the time the estimate
+    took to compute). ``confidence`` must be one of
     :data:`CONFIDENCE_LEVELS`. With ``limits`` a computation that needs more
     work than allowed raises :class:`EstimateTooCostly`, one that runs past the
     time limit a 503 :class:`~aggregator.http.errors.APIError`; nothing is cached then.
@@ -588,13 +590,11 @@ def cached_body(
         # Without reading the counts (every shard's, up to 16 x outputs fields): a body made
         # from counts read after the campaign had accepted as many reports as now.
         seen = campaign.reports_seen
-        hit = store.cached_estimate(campaign_id, variant, reports=seen)
+        hit = store.estimates.get(campaign_id, variant, reports=seen)
         if hit is None:
             counts = read()
             counts_hash = digest(counts)
-            hit = store.cached_estimate(
-                campaign_id, variant, counts_digest=counts_hash, reports=seen
-            )
+            hit = store.estimates.get(campaign_id, variant, counts_digest=counts_hash, reports=seen)
         if hit is not None:
             outcome = CACHED
             return hit.decode(), None, True
@@ -608,7 +608,7 @@ def cached_body(
         try:
             # Under the lock, the cache once more: whoever held it may have cached the body,
             # while this request waited or between its cache miss and the lock.
-            hit = store.cached_estimate(campaign_id, variant, counts_digest=counts_hash)
+            hit = store.estimates.get(campaign_id, variant, counts_digest=counts_hash)
             if hit is not None:
                 outcome = CACHED
                 return hit.decode(), None, True
@@ -617,7 +617,7 @@ def cached_body(
             )
             response = compute(counts, channel, limits)
             body = json.dumps(response, separators=(",", ":"), default=_plain)
-            store.cache_estimate(campaign_id, variant, counts_hash, body, reports=seen)
+            store.estimates.put(campaign_id, variant, counts_hash, body, reports=seen)
         finally:
             lock.release()
         outcome = COMPUTED
@@ -678,4 +678,4 @@ def compute_lock(
     """
     timeout_s = None if limits is None else limits.timeout_s
     ttl_s = LOCK_WITHOUT_LIMIT_S if timeout_s is None else timeout_s + LOCK_MARGIN_S
-    return store.estimate_lock(campaign_id, variant, digest, int(1000 * ttl_s))
+    return store.estimates.lock(campaign_id, variant, digest, int(1000 * ttl_s))

@@ -29,10 +29,11 @@ from aggregator.storage.errors import (
     CampaignNotFound,
     ReportBudgetExceeded,
     SpecChanged,
+    is_out_of_memory,
 )
 from aggregator.storage.ingest import RateLimit, ReportBudget
 from aggregator.storage.replication import ReplicationReading
-from aggregator.storage.store import STATUSES, Campaign, is_out_of_memory
+from aggregator.storage.store import STATUSES, Campaign
 from shared.errors import ValidationError
 from shared.schema import Object, String
 from shared.spec import ID_PATTERN, SERVER_FIELDS

@@ -159,7 +159,7 @@ def trend_response(
     # Every estimate cached since the campaign's last report, in one round trip; the others'
     # counts, every period's, in one more, read once for all of them.
     asked = [whole, *(period for period in each if period.read is not None)]
-    hits = store.cached_estimates(
+    hits = store.estimates.get_many(
         campaign.spec.id,
         [trend_variant(method, confidence, part) for part in asked],
         reports=campaign.reports_seen,

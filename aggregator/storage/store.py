@@ -25,7 +25,6 @@ from importlib import resources
 from typing import Any, NamedTuple, cast
 
 import numpy as np
-import redis
 
 from aggregator.storage import layout as layouts
 from aggregator.storage import periods, retention
@@ -34,8 +33,8 @@ from aggregator.storage.errors import (
     CampaignExists,
     CampaignNotFound,
     LayoutOutdated,
-    is_out_of_memory,
 )
+from aggregator.storage.estimate_cache import EstimateCache
 from aggregator.storage.ingest import (
     Admission,
     Ingestion,
@@ -48,7 +47,6 @@ from aggregator.storage.ingest import (
     token_digest,
 )
 from aggregator.storage.layout import Layout
-from aggregator.storage.locks import Lock
 from aggregator.storage.sessions import SessionStore
 from shared.mechanisms import Mechanism
 from shared.spec import CampaignSpec
@@ -70,9 +68,6 @@ EXPORT_CHUNK = 1000
 # Parsed specs kept per store: a spec never changes, and parsing a large domain on
 # every request would dominate it (about 0.1 s for 100,000 labels).
 SPEC_CACHE_SIZE = 256
-# A cached estimate is kept this long after it was last computed (it is recomputed anyway
-# as soon as the counts change; the expiry only bounds the keys of unused methods and levels).
-ESTIMATE_CACHE_TTL_S = 24 * 3600
 _META_FIELDS = (
     "spec_hash",
     "status",
@@ -179,10 +174,8 @@ class CampaignStore:
     """
 
     INDEX_KEY = "ldp:campaigns"
-    ESTIMATE_KEY = "ldp:{{c:{id}}}:estimate:{variant}"
     # Requests to one rate-limited view outside a campaign (no hash tag: one key per call).
     REQUEST_RATE_KEY = "ldp:ratelimit:{view}:{client}:{window}"
-    ESTIMATE_LOCK_KEY = "ldp:{{c:{id}}}:estimate-lock:{variant}:{digest}"
 
     def __init__(
         self,
@@ -242,6 +235,7 @@ class CampaignStore:
         self._intset_entries: int | None = None
         self._hash_entries: int | None = None
         self.sessions = SessionStore(connection)
+        self.estimates = EstimateCache(connection)
 
     def _acknowledged_under_replicated(self, node: str, replies: list[Any]) -> None:
         """Pass on the new reports ``node`` acknowledged with fewer replicas than asked for.
@@ -642,95 +636,6 @@ class CampaignStore:
             layout.campaign_id: max((int(ms) / 1000 for ms in shard_times if ms), default=None)
             for layout, shard_times in zip(found, parts, strict=True)
         }
-
-    # -- estimate cache ----------------------------------------------------------------
-
-    def estimate_lock(self, campaign_id: str, variant: str, digest: str, ttl_ms: int) -> Lock:
-        """The lock on computing one estimate (campaign, variant, counts digest)."""
-        key = self.ESTIMATE_LOCK_KEY.format(id=campaign_id, variant=variant, digest=digest)
-        return Lock(self.connection, key, ttl_ms)
-
-    def cached_estimates(
-        self, campaign_id: str, variants: Sequence[str], *, reports: str
-    ) -> list[bytes | None]:
-        """:meth:`cached_estimate` of each of ``variants`` by ``reports`` alone: one round trip."""
-        pipe = self.connection.pipeline(transaction=False)
-        for variant in variants:
-            pipe.hmget(
-                self.ESTIMATE_KEY.format(id=campaign_id, variant=variant), ("reports", "body")
-            )
-        return [
-            body if seen is not None and seen.decode() == reports else None
-            for seen, body in (pipe.execute() if variants else [])
-        ]
-
-    def cached_estimate(
-        self,
-        campaign_id: str,
-        variant: str,
-        *,
-        counts_digest: str | None = None,
-        reports: str | None = None,
-    ) -> bytes | None:
-        """The estimate body cached for ``variant`` if it was made from these very counts
-        (their digest), or from counts read after the campaign had accepted these
-        ``reports`` (:attr:`Campaign.reports_seen`; see :meth:`cache_estimate`)."""
-        key = self.ESTIMATE_KEY.format(id=campaign_id, variant=variant)
-        digest, seen, body = cast(
-            _Fields, self.connection.hmget(key, ("counts_digest", "reports", "body"))
-        )
-        if counts_digest is not None and digest is not None and digest.decode() == counts_digest:
-            if reports is not None and (seen is None or seen.decode() != reports):
-                # Made from the counts read after ``reports`` were accepted: the next request
-                # of a campaign that has accepted no report since finds it without reading them.
-                self._mark_seen(key, reports)
-            return body
-        if reports is not None and seen is not None and seen.decode() == reports:
-            return body
-        return None
-
-    def _mark_seen(self, key: str, reports: str) -> None:
-        try:
-            self.connection.hset(key, "reports", reports)
-        except redis.ResponseError as exc:
-            if not is_out_of_memory(exc):
-                raise
-
-    def cache_estimate(
-        self,
-        campaign_id: str,
-        variant: str,
-        counts_digest: str,
-        body: bytes | str,
-        *,
-        reports: str | None = None,
-    ) -> None:
-        """Keep an estimate body with the digest of the counts it was made from and
-        ``reports``, what the campaign had accepted before those counts were read (its
-        :attr:`Campaign.reports_seen`): a campaign that has accepted no report since has the same
-        counts, so a request can find the body without reading them.
-
-        A cache, not a record: when Redis is at its memory limit the body is not
-        kept (and the next request computes it again), rather than failing a read.
-        """
-        key = self.ESTIMATE_KEY.format(id=campaign_id, variant=variant)
-        try:
-            pipe = self.connection.pipeline(transaction=False)
-            # The body first: a reader in between may pair the old ``reports`` with the new
-            # body (made from newer counts, which is harmless), never the reverse.
-            pipe.hset(key, mapping={"counts_digest": counts_digest, "body": body})
-            if reports is None:
-                pipe.hdel(key, "reports")
-            else:
-                pipe.hset(key, "reports", reports)
-            pipe.expire(key, ESTIMATE_CACHE_TTL_S)
-            pipe.execute()
-        except redis.ResponseError as exc:
-            if not is_out_of_memory(exc):
-                raise
-            logger.warning(
-                "estimate of campaign %r not cached: Redis is at its memory limit", campaign_id
-            )
 
     def iter_reports(self, campaign_id: str, *, chunk: int = EXPORT_CHUNK) -> Iterator[dict]:
         """Every kept raw report, oldest first: ``report_id``, ``value``, ``received_at``."""

@@ -196,7 +196,7 @@ def test_an_entry_without_the_reports_seen_is_found_by_its_counts(
     url = f"{BASE}/fruit/estimate"
     body = client.get(url, headers=analyst).get_data()
     store = app.extensions[EXTENSION].get()
-    key = store.ESTIMATE_KEY.format(id="fruit", variant=estimates.cache_variant("projection", 0.95))
+    key = store.estimates.key("fruit", estimates.cache_variant("projection", 0.95))
     assert store.connection.hdel(key, "reports") == 1
     hit = client.get(url, headers=analyst)
     assert hit.headers["X-Estimate-Cache"] == "hit" and hit.get_data() == body
