@@ -76,6 +76,7 @@ class StoreFigures:
     redis_cpu_s: float = 0.0
     aggregator_cpu_s: float = 0.0
     keys_per_master: list[int] = field(default_factory=list)
+    memory_per_master: list[int] = field(default_factory=list)
     slots_per_master: list[int] = field(default_factory=list)
     estimate_ms: dict[str, float] = field(default_factory=dict)
     counts_ms: dict[str, float] = field(default_factory=dict)
@@ -98,13 +99,13 @@ def process_cpu_s(pids: list[int]) -> float:
     return total
 
 
-def redis_readings(addresses: list[tuple[str, int] | str]) -> tuple[int, float]:
-    """``used_memory`` and CPU seconds summed over ``addresses``."""
-    memory, cpu = 0, 0.0
+def redis_readings(addresses: list[tuple[str, int] | str]) -> tuple[list[int], float]:
+    """``used_memory`` of each of ``addresses``, and their CPU seconds summed."""
+    memory, cpu = [], 0.0
     for address in addresses:
         connection = clusterlib.node(address)
         try:
-            memory += int(connection.info("memory")["used_memory"])
+            memory.append(int(connection.info("memory")["used_memory"]))
             info = connection.info("cpu")
             cpu += float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
         finally:
@@ -185,7 +186,10 @@ def measure_store(
         figures.aggregator_cpu_s = process_cpu_s(workers) - cpu_before
         memory_after, redis_cpu_after = redis_readings(addresses)
         figures.commands = clusterlib.command_calls(addresses) - calls_before
-        figures.memory_bytes = memory_after - memory_before
+        figures.memory_per_master = [
+            after - before for after, before in zip(memory_after, memory_before, strict=True)
+        ]
+        figures.memory_bytes = sum(figures.memory_per_master)
         figures.redis_cpu_s = redis_cpu_after - redis_cpu_before
         figures.reports = sum(len(d.acknowledged) for d in deliveries)
         if figures.reports != len(reports):
@@ -195,7 +199,8 @@ def measure_store(
         ]
         if cluster:
             connection = redis.Redis.from_url(url)
-            placed = clusterlib.shard_masters(connection, SHARDED, args.shards)
+            layout = clusterlib.campaign_layout(url, SHARDED)
+            placed = clusterlib.shard_masters(connection, layout)
             connection.close()
             held = Counter(placed.values())
             figures.slots_per_master = [held.get(address, 0) for address in addresses]
@@ -260,8 +265,12 @@ def markdown(stores: list[StoreFigures], args: argparse.Namespace) -> str:
     row("aggregator CPU per report", lambda s: f"{s.per_report(s.aggregator_cpu_s) * 1e6:.1f} µs")
     row("campaign keys per master", lambda s: _share(s.keys_per_master))
     row(
-        f"shard slots per master ({args.shards} shards)",
-        lambda s: " / ".join(map(str, s.slots_per_master)) or "one node",
+        f"shards per master ({args.shards} shards)",
+        lambda s: _share(s.slots_per_master) if len(s.slots_per_master) > 1 else "one node",
+    )
+    row(
+        "memory growth per master",
+        lambda s: _share(s.memory_per_master) if len(s.memory_per_master) > 1 else "one node",
     )
     row(
         f"estimate, {args.shards} shards vs 1 (ms, median of {ESTIMATE_REPEATS}, recomputed)",

@@ -28,6 +28,9 @@ from typing import Any
 import redis
 import requests
 
+from aggregator.storage.cluster import open_connection
+from aggregator.storage.layout import Layout
+from aggregator.storage.store import CampaignStore
 from scripts import redis_cluster
 from scripts.load_harness import ADMIN_TOKEN, ANALYST_TOKEN, ServerProcess
 
@@ -226,6 +229,29 @@ def _backoff_s(response: requests.Response | None, failures: int) -> float:
     return min(FIRST_BACKOFF_S * 2**failures, MAX_BACKOFF_S) * random.uniform(0.5, 1.0)
 
 
+def post_once(
+    session: requests.Session,
+    url: str,
+    reports: list[dict[str, str]],
+    server: int,
+    delivery: Delivery,
+    retried_copy: bool = False,
+) -> tuple[Attempt, requests.Response | None]:
+    """POST ``reports`` once; the attempt (recorded in ``delivery``) and the answer, if any."""
+    body: dict[str, Any] = reports[0] if len(reports) == 1 else {"reports": reports}
+    ids = tuple(report["report_id"] for report in reports)
+    started = time.monotonic()
+    response = None
+    try:
+        response = session.post(url, json=body, timeout=REQUEST_TIMEOUT_S)
+        status: int | None = response.status_code
+    except requests.RequestException:
+        status = None
+    attempt = Attempt(started, time.monotonic() - started, server, ids, status, retried_copy)
+    delivery.attempts.append(attempt)
+    return attempt, response
+
+
 def post_until_acknowledged(
     session: requests.Session,
     url: str,
@@ -243,20 +269,12 @@ def post_until_acknowledged(
     retried. After ``give_up_s`` seconds without acknowledgement the reports are
     recorded as given up.
     """
-    body: dict[str, Any] = reports[0] if len(reports) == 1 else {"reports": reports}
     ids = tuple(report["report_id"] for report in reports)
     deadline = time.monotonic() + give_up_s
     failures = 0
     while True:
-        started = time.monotonic()
-        response = None
-        try:
-            response = session.post(url, json=body, timeout=REQUEST_TIMEOUT_S)
-            status: int | None = response.status_code
-        except requests.RequestException:
-            status = None
-        attempt = Attempt(started, time.monotonic() - started, server, ids, status, retried_copy)
-        delivery.attempts.append(attempt)
+        attempt, response = post_once(session, url, reports, server, delivery, retried_copy)
+        status = attempt.status
         if attempt.ok:
             assert response is not None
             return response.json()
@@ -384,14 +402,18 @@ def median(values: Sequence[float]) -> float:
 # -- where a campaign lives ----------------------------------------------------------------
 
 
-def shard_tag(campaign_id: str, shard: int) -> str:
-    """The hash tag of one shard of a campaign's per-report state."""
-    return f"{{c:{campaign_id}:{shard}}}"
+def campaign_layout(cluster_url: str, campaign_id: str) -> Layout:
+    """Where a campaign's shards live, as its record says (their tags are placed, not fixed)."""
+    store = CampaignStore(open_connection(cluster_url, socket_timeout=5))
+    try:
+        return store.layout(campaign_id)
+    finally:
+        store.close()
 
 
-def shard_key(campaign_id: str, shard: int) -> str:
+def shard_key(layout: Layout, shard: int) -> str:
     """A key name in one shard's slot (the hash tag alone decides the slot)."""
-    return f"ldp:{shard_tag(campaign_id, shard)}:counts"
+    return layout.counts_key(shard)
 
 
 def slot_owners(connection: redis.Redis) -> dict[int, tuple[str, int]]:
@@ -405,14 +427,12 @@ def slot_owners(connection: redis.Redis) -> dict[int, tuple[str, int]]:
     return owners
 
 
-def shard_masters(
-    connection: redis.Redis, campaign_id: str, shards: int
-) -> dict[int, tuple[str, int]]:
+def shard_masters(connection: redis.Redis, layout: Layout) -> dict[int, tuple[str, int]]:
     """Each shard of the campaign and the master that holds its slot (``CLUSTER KEYSLOT``)."""
     owners = slot_owners(connection)
     placed = {}
-    for shard in range(shards):
-        slot = int(connection.execute_command("CLUSTER KEYSLOT", shard_key(campaign_id, shard)))
+    for shard in range(layout.shards):
+        slot = int(connection.execute_command("CLUSTER KEYSLOT", shard_key(layout, shard)))
         placed[shard] = owners[slot]
     return placed
 

@@ -13,13 +13,17 @@ What it does, in order:
    process), every submission retried until acknowledged as the client's outbox
    does (no answer, 5xx or 429: back off, honouring ``Retry-After``); 1% of the
    acknowledged reports are sent again to the *other* process;
-4. once 40% are acknowledged, ``kill -9`` the master that holds most of the
-   campaign's shards, waits until its replica is promoted, then restarts the
-   killed node (as a supervisor would), which rejoins as the new master's replica:
-   until then that master has no replica to confirm a write, so its shards answer
-   503 ``storage_unavailable`` rather than acknowledge a report held by one node;
+4. once 40% are acknowledged, ``kill -9`` the master that holds the campaign's
+   record (and its share of the shards), waits until its replica is promoted, then
+   restarts the killed node (as a supervisor would), which rejoins as the new
+   master's replica: until then that master has no replica to confirm a write, so
+   its shards answer 503 ``storage_unavailable`` rather than acknowledge a report
+   held by one node;
 5. compares the campaign's counts export (``GET .../counts``) with the exact
-   number of distinct reports acknowledged per output.
+   number of distinct reports acknowledged per output, and counts, per group of
+   shards (on the killed master, on the others), the requests accepted and failed
+   between the kill and the promotion: reports to the other masters' shards must be
+   accepted throughout.
 
 Run from the repository root (about 3 minutes at full size on 2 shared cores)::
 
@@ -42,7 +46,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +67,11 @@ LATENCY_CAMPAIGN = "drill-latency"
 DEFAULT_SHARDS = 16
 FAILOVER_TIMEOUT_S = 60.0
 REJOIN_TIMEOUT_S = 60.0
+# Between two reports of the failover probe: about 100 requests a second.
+PROBE_PAUSE_S = 0.01
+# Threads of the probe, and the reports each may send (it stops when they run out).
+PROBE_THREADS = 4
+PROBE_REPORTS = 5_000
 
 
 @dataclass
@@ -89,10 +98,23 @@ class Failover:
 
     victim: str = ""
     victim_shards: list[int] = field(default_factory=list)
+    shards_per_master: list[int] = field(default_factory=list)
     killed_at: float = float("nan")
     promoted_at: float = float("nan")
     replica_back_at: float = float("nan")
     new_master: str = ""
+
+
+@dataclass
+class ShardGroup:
+    """Requests to one group of shards in a span of time: accepted, and failed by outcome."""
+
+    accepted: int = 0
+    failed: Counter = field(default_factory=Counter)
+
+
+OTHER_MASTERS = "other masters"
+KILLED_MASTER = "killed master"
 
 
 @dataclass
@@ -114,6 +136,11 @@ class DrillFigures:
     client_failover_s: float = float("nan")
     window_attempts: int = 0
     window_failed: Counter = field(default_factory=Counter)
+    # Requests started between the kill and the promotion, by the shards their reports go
+    # to: "other masters" (none on the killed one) and "killed master" (some on it).
+    during_failover: dict[str, ShardGroup] = field(default_factory=dict)
+    # Single reports the probe sent from the kill until the killed node was back.
+    probed: int = 0
     latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
@@ -191,22 +218,25 @@ def address_text(address: tuple[str, int]) -> str:
 
 def kill_and_recover(
     cluster_url: str,
-    shards: int,
     failover: Failover,
     *,
     when: threading.Event,
     killed: threading.Event,
 ) -> None:
-    """Once ``when`` is set, ``kill -9`` the master of most shards, await failover, restart it.
+    """Once ``when`` is set, ``kill -9`` the master of the campaign's record, await failover,
+    restart it.
 
     ``killed`` is set as soon as the master is dead (or the attempt failed).
     """
+    layout = clusterlib.campaign_layout(cluster_url, CAMPAIGN)
     seed_node = redis.Redis.from_url(cluster_url, socket_timeout=5)
-    placed = clusterlib.shard_masters(seed_node, CAMPAIGN, shards)
+    placed = clusterlib.shard_masters(seed_node, layout)
     every_master = clusterlib.masters(seed_node)
+    record_slot = int(seed_node.execute_command("CLUSTER KEYSLOT", layout.record_key))
+    victim = clusterlib.slot_owners(seed_node)[record_slot]
     seed_node.close()
     by_master = Counter(placed.values())
-    victim = by_master.most_common(1)[0][0]
+    failover.shards_per_master = [by_master.get(master, 0) for master in every_master]
     failover.victim = address_text(victim)
     failover.victim_shards = sorted(s for s, owner in placed.items() if owner == victim)
     victim_node = clusterlib.node(victim)
@@ -221,8 +251,8 @@ def kill_and_recover(
     finally:
         killed.set()
     witness = clusterlib.node(survivors[0])
-    victim_slots = [
-        int(witness.execute_command("CLUSTER KEYSLOT", clusterlib.shard_key(CAMPAIGN, shard)))
+    victim_slots = [record_slot] + [
+        int(witness.execute_command("CLUSTER KEYSLOT", clusterlib.shard_key(layout, shard)))
         for shard in failover.victim_shards
     ]
 
@@ -246,6 +276,49 @@ def kill_and_recover(
     wait_until(replica_back, f"{failover.victim} to rejoin as a replica", REJOIN_TIMEOUT_S)
     failover.replica_back_at = time.monotonic()
     successor.close()
+
+
+# -- the probe -----------------------------------------------------------------------------------
+
+
+def probe(
+    server_urls: Sequence[str],
+    reports: Iterable[dict[str, str]],
+    start: threading.Event,
+    stop: threading.Event,
+    give_up_s: float,
+) -> tuple[list[dict[str, str]], clusterlib.Delivery]:
+    """Single reports, one after another to each server in turn, once each from ``start``
+    (the kill) until ``stop``; then every one not acknowledged yet is sent until it is.
+
+    The drill's clients retry batches, which span every shard, so through a failover they
+    all wait on the killed master's shards; the probe shows what the other shards do
+    meanwhile. Returns the reports it sent and what it saw.
+    """
+    delivery = clusterlib.Delivery()
+    sent: list[dict[str, str]] = []
+    later: list[tuple[int, dict[str, str]]] = []
+    urls = [f"{url}/api/v1/campaigns/{CAMPAIGN}/reports" for url in server_urls]
+    start.wait()
+    with requests.Session() as session:
+        for report in reports:
+            if stop.is_set():
+                break
+            server = len(sent) % len(urls)
+            sent.append(report)
+            attempt, _ = clusterlib.post_once(session, urls[server], [report], server, delivery)
+            if attempt.ok:
+                delivery.acknowledged.append(report["report_id"])
+            else:
+                later.append((server, report))
+            time.sleep(PROBE_PAUSE_S)
+        for server, report in later:
+            answer = clusterlib.post_until_acknowledged(
+                session, urls[server], [report], server, delivery, give_up_s=give_up_s
+            )
+            if answer is not None:
+                delivery.acknowledged.append(report["report_id"])
+    return sent, delivery
 
 
 # -- the audit -----------------------------------------------------------------------------------
@@ -280,6 +353,27 @@ def client_failover(
     window = [a for a in ordered if first_error.started <= a.started <= end]
     failed = Counter(a.outcome for a in window if not a.ok)
     return end - first_error.started, len(window), failed
+
+
+def during_failover(
+    attempts: Sequence[clusterlib.Attempt],
+    victim_shards: set[int],
+    shard_of,
+    killed_at: float,
+    promoted_at: float,
+) -> dict[str, ShardGroup]:
+    """The requests started between the kill and the promotion, by the shards they went to."""
+    groups = {OTHER_MASTERS: ShardGroup(), KILLED_MASTER: ShardGroup()}
+    for attempt in attempts:
+        if not killed_at <= attempt.started <= promoted_at:
+            continue
+        touches = any(shard_of(report_id) in victim_shards for report_id in attempt.reports)
+        group = groups[KILLED_MASTER if touches else OTHER_MASTERS]
+        if attempt.ok:
+            group.accepted += 1
+        else:
+            group.failed[attempt.outcome] += 1
+    return groups
 
 
 def audit(
@@ -356,9 +450,7 @@ def run(config: DrillConfig, workdir: Path | None = None) -> DrillFigures:
 
                 def faults() -> None:
                     try:
-                        kill_and_recover(
-                            url, config.shards, figures.failover, when=kill_now, killed=killed
-                        )
+                        kill_and_recover(url, figures.failover, when=kill_now, killed=killed)
                     except BaseException as exc:  # reported with the figures
                         errors.append(exc)
                         killed.set()
@@ -378,8 +470,27 @@ def run(config: DrillConfig, workdir: Path | None = None) -> DrillFigures:
                 sending_done = threading.Event()
                 fault_thread = threading.Thread(target=faults)
                 watcher = threading.Thread(target=watch)
+                probed: list = []
+                recovered = threading.Event()
+                probe_threads = [
+                    threading.Thread(
+                        target=lambda seed: probed.append(
+                            probe(
+                                server_urls,
+                                clusterlib.make_reports(PROBE_REPORTS, seed),
+                                killed,
+                                recovered,
+                                config.give_up_s,
+                            )
+                        ),
+                        args=(config.seed + 5 + index,),
+                    )
+                    for index in range(PROBE_THREADS)
+                ]
                 fault_thread.start()
                 watcher.start()
+                for thread in probe_threads:
+                    thread.start()
                 try:
                     deliveries = clusterlib.send_all(
                         server_urls, CAMPAIGN, reports, traffic, progress, gate
@@ -388,18 +499,40 @@ def run(config: DrillConfig, workdir: Path | None = None) -> DrillFigures:
                     sending_done.set()
                     watcher.join()
                     fault_thread.join()
+                    recovered.set()
+                    for thread in probe_threads:
+                        thread.join()
                 figures.problems.extend(f"fault injection: {exc}" for exc in errors)
                 counted = clusterlib.counts_through_api(server_urls[1], CAMPAIGN)
-                audit(figures, reports, deliveries, counted)
+                probe_sent = [report for sent, _ in probed for report in sent]
+                figures.probed = len(probe_sent)
+                deliveries = [*deliveries, *(delivery for _, delivery in probed)]
+                audit(figures, reports + probe_sent, deliveries, counted)
                 attempts = [a for d in deliveries for a in d.attempts]
-                window = client_failover(
-                    attempts,
-                    set(figures.failover.victim_shards),
+                victim_shards = set(figures.failover.victim_shards)
+                layout = Layout(CAMPAIGN, config.shards, 1, 1)
+
+                def shard_of(report_id: str) -> int:
                     # Only the shard count matters to the shard of a report without a token.
-                    lambda report_id: Layout(CAMPAIGN, config.shards, 1, 1).route(report_id).shard,
-                    figures.failover.killed_at,
+                    return layout.route(report_id).shard
+
+                window = client_failover(
+                    attempts, victim_shards, shard_of, figures.failover.killed_at
                 )
                 figures.client_failover_s, figures.window_attempts, figures.window_failed = window
+                figures.during_failover = during_failover(
+                    attempts,
+                    victim_shards,
+                    shard_of,
+                    figures.failover.killed_at,
+                    figures.failover.promoted_at,
+                )
+                elsewhere = figures.during_failover[OTHER_MASTERS]
+                if elsewhere.failed:
+                    figures.problems.append(
+                        f"{sum(elsewhere.failed.values())} requests to shards on the other "
+                        "masters failed while the killed master's replica was promoted"
+                    )
     finally:
         figures.seconds = time.monotonic() - started
         if os.environ.get("LDP_DRILL_KEEP") != "1":
@@ -425,10 +558,13 @@ def markdown(config: DrillConfig, figures: DrillFigures) -> str:
             f"{'unset' if config.ack_replicas is None else config.ack_replicas}",
         ),
         (
-            "campaign shards; shards on the killed master",
-            f"{config.shards}; {len(failover.victim_shards)}",
+            "campaign shards per master; on the killed master (it held the campaign's record)",
+            f"{' / '.join(map(str, failover.shards_per_master))}; {len(failover.victim_shards)}",
         ),
-        ("reports sent (distinct)", f"{figures.sent:,}"),
+        (
+            "reports sent (distinct; of which single reports of the failover probe)",
+            f"{figures.sent:,}; {figures.probed:,}",
+        ),
         ("acknowledged", f"{figures.acknowledged:,}"),
         ("counted (counts export)", f"{figures.counted:,}"),
         ("**lost** (acknowledged, not counted)", f"**{figures.lost}**"),
@@ -454,6 +590,13 @@ def markdown(config: DrillConfig, figures: DrillFigures) -> str:
             "requests in that time: failed / all (share), by status",
             f"{failed_in_window:,} / {figures.window_attempts:,} ({share:.0%}); "
             f"{_outcomes(figures.window_failed)}",
+        ),
+        *(
+            (
+                f"kill -> promotion: requests to shards on the {name} accepted / failed",
+                f"{group.accepted:,} / {sum(group.failed.values()):,} ({_outcomes(group.failed)})",
+            )
+            for name, group in figures.during_failover.items()
         ),
         (
             "failed requests over the whole run, by status",

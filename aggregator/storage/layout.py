@@ -28,6 +28,13 @@ report. A window lasts ``window_s`` and its sets expire whole
 ``(WINDOWS_LIVE - 1) * window_s`` (the report-id TTL) and at most a window more,
 and is looked up in the :data:`WINDOWS_LIVE` windows still alive.
 
+On a Redis Cluster the shards are placed, not hashed: when a campaign is created,
+:func:`placement` gives each shard a salt (a number appended to its hash tag,
+``{c:<id>:<shard>:<salt>}``) that puts its slot on a chosen master, so that every
+master that holds slots gets the same number of the campaign's shards to within one,
+whatever share of the slots it serves. Salt 0 is the plain tag ``{c:<id>:<shard>}``
+(one server, and campaigns created before shards were placed).
+
 The layout of a campaign is fixed when it is created and stored in its record.
 """
 
@@ -35,7 +42,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from redis.crc import key_slot
 
 # Layout of campaigns stored by this version (1: one hash tag and a key per report id;
 # 2: sharded, without counts per period).
@@ -53,6 +63,10 @@ REDIS_DEFAULT_INTSET_ENTRIES = 512
 UNBOUNDED_CAMPAIGN_REPORTS = 10**9
 # Redis's own default of hash-max-ziplist-entries (hash-max-listpack-entries since 7.0).
 REDIS_DEFAULT_HASH_ENTRIES = 128
+# Salts tried per shard to land it on its master: a master serving a share f of the slots
+# is hit with probability f per salt, so even a master with 1% of them is found in 2,000
+# tries but for a chance of 2e-9 (the shard then keeps the plain tag).
+MAX_SALT = 2000
 # A shard's counts of a period become dense once their hash has a field for this share of
 # the outputs: reading a hash costs about 1 microsecond a field in Python (a trend reads 30
 # periods x 16 shards of them), a dense string next to nothing; the compact hash then takes
@@ -91,6 +105,42 @@ def window_for(report_id_ttl_s: int) -> int:
     return max(math.ceil(report_id_ttl_s / (WINDOWS_LIVE - 1)), 1)
 
 
+def placement(campaign_id: str, shards: int, owners: Mapping[int, str]) -> tuple[int, ...]:
+    """Each shard's salt so that the shards spread evenly over the masters in ``owners``.
+
+    ``owners`` maps each slot to its master's name (the cluster's current map). Shard
+    ``s`` goes to master ``(s + r) mod M`` of the M masters in name order, where the
+    rotation ``r`` comes from the campaign's id, so that the masters given one shard more
+    differ from campaign to campaign.
+    """
+    masters = sorted(set(owners.values()))
+    if len(masters) < 2:
+        return (0,) * shards
+    digest = hashlib.blake2b(campaign_id.encode("utf-8"), digest_size=8).digest()
+    rotation = int.from_bytes(digest, "big") % len(masters)
+    salts = []
+    for shard in range(shards):
+        target = masters[(shard + rotation) % len(masters)]
+        salts.append(
+            next(
+                (
+                    salt
+                    for salt in range(MAX_SALT)
+                    if owners.get(key_slot(shard_tag(campaign_id, shard, salt).encode())) == target
+                ),
+                0,
+            )
+        )
+    return tuple(salts)
+
+
+def shard_tag(campaign_id: str, shard: int, salt: int = 0) -> str:
+    """The hash tag (braces included) of one shard's keys."""
+    if salt:
+        return f"{{c:{campaign_id}:{shard}:{salt}}}"
+    return f"{{c:{campaign_id}:{shard}}}"
+
+
 @dataclass(frozen=True)
 class Route:
     """Where one report goes: its shard, its bucket and the integer that stands for its id."""
@@ -108,13 +158,23 @@ class Layout:
     shards: int
     buckets: int
     window_s: int
+    # Each shard's salt (:func:`placement`); empty: all 0.
+    salts: tuple[int, ...] = ()
 
     @property
     def record_key(self) -> str:
         return f"ldp:{{c:{self.campaign_id}}}:campaign"
 
+    @property
+    def placement_field(self) -> str:
+        """The salts as the record keeps them: comma-separated, empty when all are 0."""
+        return ",".join(map(str, self.salts)) if any(self.salts) else ""
+
+    def shard_tag(self, shard: int) -> str:
+        return shard_tag(self.campaign_id, shard, self.salts[shard] if self.salts else 0)
+
     def _shard_key(self, shard: int, name: str) -> str:
-        return f"ldp:{{c:{self.campaign_id}:{shard}}}:{name}"
+        return f"ldp:{self.shard_tag(shard)}:{name}"
 
     def state_key(self, shard: int) -> str:
         return self._shard_key(shard, "state")

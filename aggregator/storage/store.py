@@ -28,7 +28,13 @@ import numpy as np
 
 from aggregator.storage import layout as layouts
 from aggregator.storage import periods, retention
-from aggregator.storage.cluster import Connection, NodeWriter, config_value, is_cluster
+from aggregator.storage.cluster import (
+    Connection,
+    NodeWriter,
+    config_value,
+    is_cluster,
+    slot_owners,
+)
 from aggregator.storage.errors import (
     CampaignExists,
     CampaignNotFound,
@@ -77,6 +83,7 @@ _META_FIELDS = (
     "buckets",
     "window_s",
     "periods_from",
+    "placement",
 )
 # A reply of HMGET: the connection runs with decode_responses off, so values are bytes.
 _Fields = list[bytes | None]
@@ -268,6 +275,7 @@ class CampaignStore:
             shards=self.shards,
             buckets=layouts.buckets_for(expected, self.shards, self._intset_entries),
             window_s=layouts.window_for(self.report_id_ttl_s),
+            salts=layouts.placement(campaign_id, self.shards, slot_owners(self.connection)),
         )
 
     def create_campaign(
@@ -291,6 +299,7 @@ class CampaignStore:
                 layout.shards,
                 layout.buckets,
                 layout.window_s,
+                layout.placement_field,
             ],
         )
         created = answer == CreateStatus.CREATED
@@ -342,7 +351,9 @@ class CampaignStore:
                 campaign_id=campaign_id,
                 retry_after_s=60,
             )
-        found = Layout(campaign_id, int(shards), int(buckets), int(window_s))
+        placed = meta[8]
+        salts = tuple(int(salt) for salt in placed.split(b",")) if placed else ()
+        found = Layout(campaign_id, int(shards), int(buckets), int(window_s), salts)
         self._layouts[campaign_id] = found
         return found
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -130,11 +131,56 @@ def test_everything_works_on_a_cluster_and_a_campaign_spreads_over_every_master(
         by_master[node.name] = by_master.get(node.name, 0) + 1
     assert len(by_master) == 3
     assert max(by_master.values()) / min(by_master.values()) < 3
+    # The 16 shards are placed, not hashed: 6 / 5 / 5 over the three masters.
+    layout = app.extensions[EXTENSION].get().layout("fruit")
+    assert layout.placement_field
+    shards_by_master = Counter(
+        connection.get_node_from_key(layout.state_key(shard)).name for shard in range(16)
+    )
+    assert sorted(shards_by_master.values()) == [5, 5, 6]
 
     closed = client.patch("/api/v1/campaigns/fruit", json={"status": "closed"}, headers=ADMIN)
     assert closed.status_code == 200
     refused = client.post(REPORTS, json=batch(50))
     assert refused.status_code == 409
+
+
+def test_the_estimate_cache_holds_its_caps_with_campaigns_on_every_master(cluster_url):
+    """A campaign's entries and their sizes share its slot, the total has a slot of its own:
+    eviction in a campaign and across campaigns works wherever they live."""
+    url, _ = cluster_url
+    connection = open_connection(url)
+    connection.flushall()
+    on_master: dict[str, str] = {}
+    for n in range(100):
+        ledger = EstimateCache.CAMPAIGN_EXPIRY_KEY.format(id=f"c{n}")
+        on_master.setdefault(connection.get_node_from_key(ledger).name, f"c{n}")
+    first, second, third = on_master.values()
+    body = "x" * 100_000
+    entry = reserved_bytes(EstimateCache.ESTIMATE_KEY.format(id=first, variant="a"), {"body": body})
+    now = [time.time()]
+    cache = EstimateCache(
+        connection,
+        budget=CacheBudget(total_bytes=int(2.5 * entry), campaign_bytes=int(1.5 * entry)),
+        clock=lambda: now[0],
+    )
+
+    def put(campaign_id: str, variant: str) -> bool:
+        now[0] += 1
+        return cache.put(campaign_id, variant, "d" * 64, body, reports="seen")
+
+    assert put(first, "a") and put(first, "b")  # its cap: "a" goes
+    assert put(second, "a")
+    assert put(third, "a")  # the total: the oldest of any campaign, first's "b", goes
+    found = {
+        (campaign_id, variant): cache.get(campaign_id, variant, reports="seen") is not None
+        for campaign_id, variant in [(first, "a"), (first, "b"), (second, "a"), (third, "a")]
+    }
+    assert list(found.values()) == [False, False, True, True]
+    assert cache.bytes_used() == cache.bytes_used(second) + cache.bytes_used(third)
+    assert 0 < cache.bytes_used() <= int(2.5 * entry)
+    assert connection.get_node_from_key(cache.key(third, "a")).name == list(on_master)[2]
+    connection.close()
 
 
 # Kills a master: the last test of the module.
@@ -193,41 +239,3 @@ def test_an_acknowledged_report_survives_the_loss_of_its_master(app, cluster_url
     scraped = client.get("/metrics", headers=ADMIN).get_data(as_text=True)
     assert f'ldp_reports_under_replicated_total{{node="{promoted}"}} {float(alone)}' in scraped
     assert "ldp_redis_under_replicated_masters 1.0" in scraped
-
-
-def test_the_estimate_cache_holds_its_caps_with_campaigns_on_every_master(cluster_url):
-    """A campaign's entries and their sizes share its slot, the total has a slot of its own:
-    eviction in a campaign and across campaigns works wherever they live."""
-    url, _ = cluster_url
-    connection = open_connection(url)
-    connection.flushall()
-    on_master: dict[str, str] = {}
-    for n in range(100):
-        ledger = EstimateCache.CAMPAIGN_EXPIRY_KEY.format(id=f"c{n}")
-        on_master.setdefault(connection.get_node_from_key(ledger).name, f"c{n}")
-    first, second, third = on_master.values()
-    body = "x" * 100_000
-    entry = reserved_bytes(EstimateCache.ESTIMATE_KEY.format(id=first, variant="a"), {"body": body})
-    now = [time.time()]
-    cache = EstimateCache(
-        connection,
-        budget=CacheBudget(total_bytes=int(2.5 * entry), campaign_bytes=int(1.5 * entry)),
-        clock=lambda: now[0],
-    )
-
-    def put(campaign_id: str, variant: str) -> bool:
-        now[0] += 1
-        return cache.put(campaign_id, variant, "d" * 64, body, reports="seen")
-
-    assert put(first, "a") and put(first, "b")  # its cap: "a" goes
-    assert put(second, "a")
-    assert put(third, "a")  # the total: the oldest of any campaign, first's "b", goes
-    found = {
-        (campaign_id, variant): cache.get(campaign_id, variant, reports="seen") is not None
-        for campaign_id, variant in [(first, "a"), (first, "b"), (second, "a"), (third, "a")]
-    }
-    assert list(found.values()) == [False, False, True, True]
-    assert cache.bytes_used() == cache.bytes_used(second) + cache.bytes_used(third)
-    assert 0 < cache.bytes_used() <= int(2.5 * entry)
-    assert connection.get_node_from_key(cache.key(third, "a")).name == list(on_master)[2]
-    connection.close()

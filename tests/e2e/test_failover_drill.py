@@ -2,7 +2,9 @@
 
 The full drill (100,000 reports) is ``python scripts/failover_drill.py``; this one
 forms a real cluster of 3 masters and 3 replicas, starts two aggregator processes
-and sends 5,000 reports with the same fault in the middle.
+and sends 5,000 reports with the same fault in the middle: the master holding the
+campaign's record is killed, and reports to the shards on the other masters are
+accepted while its replica is promoted.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from failover_drill import DrillConfig, run
+from failover_drill import KILLED_MASTER, OTHER_MASTERS, DrillConfig, run
 
 
 @pytest.mark.slow
@@ -23,11 +25,21 @@ def test_a_master_killed_under_load_loses_no_acknowledged_report_and_counts_none
     config = DrillConfig(reports=5000, clients=8, latency_rounds=2, give_up_s=120)
     figures = run(config, workdir=tmp_path)
     assert figures.problems == []
-    assert figures.sent == figures.acknowledged == figures.counted == 5000
+    assert figures.sent == figures.acknowledged == figures.counted == 5000 + figures.probed
     assert figures.lost == 0 and figures.counted_twice == 0
     assert figures.refused == 0 and figures.gave_up == 0
     failover = figures.failover
     assert failover.victim_shards and failover.new_master != failover.victim
+    # 16 shards placed evenly; the record's master held its share of them.
+    assert sorted(failover.shards_per_master) == [5, 5, 6]
+    # Between the kill and the promotion: the other masters' shards took every report sent
+    # to them; the killed master's shards answered 503 (retried, then acknowledged).
+    elsewhere, killed = (
+        figures.during_failover[OTHER_MASTERS],
+        figures.during_failover[KILLED_MASTER],
+    )
+    assert elsewhere.accepted > 0 and not elsewhere.failed
+    assert set(killed.failed) <= {"503"} and sum(killed.failed.values()) > 0
     assert failover.killed_at < failover.promoted_at < failover.replica_back_at
     # The clients saw the failure (the kill came mid-traffic) and got through it.
     assert sum(figures.window_failed.values()) > 0
