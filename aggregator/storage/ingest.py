@@ -42,6 +42,10 @@ from aggregator.storage.errors import (
 )
 from aggregator.storage.layout import Layout, Route
 
+# What an ingest.lua call does (its ARGV[1]): store, check without storing, or check only the
+# batch's size against the shares.
+STORE, CHECK, SIZE = "0", "1", "2"
+
 
 class IngestStatus(IntEnum):
     """What ``lua/ingest.lua`` answered (the script defines the same names and values)."""
@@ -199,27 +203,49 @@ class Ingestion:
         # A submission over several shards is checked on all of them before any is written
         # when something could refuse it: one bad token, or one shard's share, refuses it whole.
         checked = len(groups) > 1 and (submission.enrollment_required or admission.needed)
-        window = (0, 0)
-        if checked:
-            checks = [
-                self._call(submission, shard, items, check=True, counted=shard == lead)
-                for shard, items in groups.items()
-            ]
-            window = self._outcome(submission, groups, self.writer.run(checks, wait=False), lead)
+        counted = self._check(submission, groups, lead) if checked else None
         calls = [
-            self._call(submission, shard, items, check=False, counted=not checked and shard == lead)
+            self._call(submission, shard, items, mode=STORE, counted=not checked and shard == lead)
             for shard, items in groups.items()
         ]
         replies = self.writer.run(calls)
         # Shards that stored count even if another refused (a close racing the batch).
         accepted = sum(int(reply[1]) for reply in replies)
-        stored = self._outcome(submission, groups, replies, lead)
+        self._raise_first(submission, groups, replies, lead)
+        window = self._window(submission, counted or replies[0])
         return IngestResult(
             accepted=accepted,
             duplicates=len(submission.reports) - accepted,
-            window_remaining=window[0] if checked else stored[0],
-            window_ttl_s=window[1] if checked else stored[1],
+            window_remaining=window[0],
+            window_ttl_s=window[1],
         )
+
+    def _check(self, submission: Submission, groups: dict[int, list[_Routed]], lead: int) -> Any:
+        """Check every shard's part of a submission without storing it; the reply of the call
+        that counted it against the rate limit (the lead shard's).
+
+        The tokens of an enrollment campaign are checked report by report. Otherwise each
+        shard is asked whether the batch's size fits its shares, and only if one says no,
+        which of its reports are new: duplicates cost nothing, and the usual check sends
+        no report.
+        """
+        mode = CHECK if submission.enrollment_required else SIZE
+        calls = [
+            self._call(submission, shard, items, mode=mode, counted=shard == lead)
+            for shard, items in groups.items()
+        ]
+        replies = self.writer.run(calls, wait=False)
+        try:
+            self._raise_first(submission, groups, replies, lead)
+        except (ReportBudgetExceeded, CampaignFull):
+            if mode == CHECK:
+                raise
+            calls = [
+                self._call(submission, shard, items, mode=CHECK, counted=False)
+                for shard, items in groups.items()
+            ]
+            self._raise_first(submission, groups, self.writer.run(calls, wait=False), lead)
+        return replies[0]
 
     @staticmethod
     def _group(
@@ -241,10 +267,11 @@ class Ingestion:
         shard: int,
         items: Sequence[_Routed],
         *,
-        check: bool,
+        mode: str,
         counted: bool,
     ) -> Call:
-        """The ingest.lua call for one shard's reports; ``counted``: the rate limit counts here."""
+        """The ingest.lua call for one shard's reports (``mode``: :data:`STORE`, :data:`CHECK`
+        or :data:`SIZE`); ``counted``: the rate limit counts here."""
         layout, moment, period = submission.layout, submission.moment, submission.period
         admission = submission.admission
         windows = layout.windows(moment)
@@ -261,11 +288,11 @@ class Ingestion:
             _window_key(layout.budget_key, shard, budget, moment),
         ]
         slots: dict[int, int] = {}
-        per_report: list[Any] = []
+        per_report: list[Any] = [len(items)] if mode == SIZE else []
         # The wire value is a function of the output index: each distinct one is sent once.
         encoded: dict[int, str] = {}
         keep = self.keeps_raw_reports
-        for _, report, route, digest in items:
+        for _, report, route, digest in items if mode != SIZE else ():
             slot = slots.get(route.bucket)
             if slot is None:
                 slot = slots[route.bucket] = len(slots)
@@ -283,7 +310,7 @@ class Ingestion:
         if self.retention_s is not None:
             min_id = max(int((moment - self.retention_s) * 1000), 1)
         args: list[Any] = [
-            int(check),
+            mode,
             submission.spec_hash or "",
             int(moment // 3600 * 3600),
             int(moment * 1000),
@@ -306,14 +333,14 @@ class Ingestion:
         args.extend(per_report)
         return Call(self.script, keys, args)
 
-    def _outcome(
+    def _raise_first(
         self,
         submission: Submission,
         groups: dict[int, list[_Routed]],
         replies: Sequence[Any],
         lead: int,
-    ) -> tuple[int, int]:
-        """Raise the first refusal among ``replies``; else (rate limit left, its seconds left).
+    ) -> None:
+        """Raise the first refusal among ``replies`` (one per group, in order).
 
         The rate limit's refusal comes first: a client over it learns nothing else.
         """
@@ -321,15 +348,19 @@ class Ingestion:
             shard: [int(part) for part in reply]
             for shard, reply in zip(groups, replies, strict=True)
         }
-        lead_answer = answers[lead]
-        if lead_answer[0] == IngestStatus.RATE_LIMITED:
-            self._raise_for(submission, groups[lead], lead_answer)
+        if answers[lead][0] == IngestStatus.RATE_LIMITED:
+            self._raise_for(submission, groups[lead], answers[lead])
         for shard, answer in answers.items():
             self._raise_for(submission, groups[shard], answer)
+
+    @staticmethod
+    def _window(submission: Submission, counted: Any) -> tuple[int, int]:
+        """(What the rate limit has left, its window's seconds left) from the reply of the call
+        that counted the submission: the shard's share left, times the shards."""
         limit = submission.admission.rate_limit
         if limit is None:
             return 0, 0
-        hits, ttl = lead_answer[4], lead_answer[5]
+        hits, ttl = int(counted[4]), int(counted[5])
         shards = submission.layout.shards
         left = max(share(limit.amount, shards) - hits, 0) * shards
         return min(left, limit.amount), ttl

@@ -10,7 +10,9 @@
 -- KEYS[9] the client's new reports stored in this shard in the current budget window
 -- KEYS[10..] deduplication sets, three per bucket the batch touches: the bucket's set in
 -- the current window, then in the two windows before (aggregator.storage.layout)
--- ARGV[1] 1 to check only (write nothing but the submission's count), else 0
+-- ARGV[1] 0 to store; 1 to check only (write nothing but the submission's count); 2 to
+-- check only the batch's size against the shares, every report taken as new (no report
+-- follows ARGV[17] but their number, and only KEYS[1..9] are given)
 -- ARGV[2] the spec hash the reports were validated against ('' to skip the check)
 -- ARGV[3] hour bucket (unix seconds)   ARGV[4] now (unix ms)
 -- ARGV[5] 1 if the campaign requires enrollment, else 0
@@ -67,7 +69,8 @@ if limit > 0 then
     return {RATE_LIMITED, 0, 0, 0, hits, ttl}
   end
 end
-local check_only = ARGV[1] == '1'
+local check_only = ARGV[1] ~= '0'
+local size_only = ARGV[1] == '2'
 local enrollment = ARGV[5] == '1'
 local keep = ARGV[6] == '1'
 local stride = 3 + (enrollment and 1 or 0) + (keep and 1 or 0)
@@ -150,13 +153,17 @@ end
 
 local fresh = {}
 local n_fresh = 0
-for r = 1, n do
+if size_only then
+  n = tonumber(ARGV[first])
+  n_fresh = n
+end
+for r = 1, size_only and 0 or n do
   if is_new(r) then
     fresh[r] = true
     n_fresh = n_fresh + 1
   end
 end
-if enrollment then
+if enrollment and not size_only then
   local tokens = {}
   for r = 1, n do
     if fresh[r] then
