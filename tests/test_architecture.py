@@ -79,40 +79,43 @@ def lua_constants(script: str) -> dict[str, int]:
 
 
 def test_the_lua_scripts_status_codes_are_the_stores_names():
+    from aggregator.storage.campaigns import CreateStatus
     from aggregator.storage.ingest import IngestStatus
-    from aggregator.storage.store import CreateStatus
 
     assert lua_constants("ingest.lua") == {status.name: status.value for status in IngestStatus}
     assert lua_constants("create.lua") == {status.name: status.value for status in CreateStatus}
 
 
 ESTIMATION = ROOT / "aggregator" / "estimation"
+STORAGE = ROOT / "aggregator" / "storage"
 
 
-def estimation_imports(path: Path) -> set[str]:
-    """The modules of aggregator.estimation that one module imports, at any depth of its body
-    (a function-level import is an import all the same; names imported for type checking
-    alone are not imported when the program runs)."""
+def package_imports(path: Path, package: Path = ESTIMATION) -> set[str]:
+    """The modules of ``package`` (a subpackage of aggregator) that one of its modules
+    imports, at any depth of its body (a function-level import is an import all the same;
+    names imported for type checking alone are not imported when the program runs)."""
+    dotted = f"aggregator.{package.name}"
     tree = ast.parse(path.read_text("utf-8"))
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
             node.body = []
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "aggregator.estimation":
+        if isinstance(node, ast.ImportFrom) and node.module == dotted:
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-            "aggregator.estimation."
-        ):
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(dotted + "."):
             found.add(node.module.split(".")[2])
-    modules = {p.stem for p in ESTIMATION.glob("*.py")}
+    modules = {p.stem for p in package.glob("*.py")}
     return (found & modules) - {path.stem}
 
 
-def test_no_import_cycle_inside_estimation():
+@pytest.mark.parametrize("package", [ESTIMATION, STORAGE], ids=lambda path: path.name)
+def test_no_import_cycle_inside_a_package(package):
+    """Estimation's modules, and storage's (a report's walk through storage goes down:
+    store -> ingest -> cluster, never back up), import each other without a cycle."""
     graph = {
-        path.stem: estimation_imports(path)
-        for path in ESTIMATION.glob("*.py")
+        path.stem: package_imports(path, package)
+        for path in package.glob("*.py")
         if path.stem != "__init__"
     }
     visiting: list[str] = []
@@ -156,3 +159,54 @@ def test_estimation_modules_stay_readable():
                     isinstance(n.value, (int, float)) for n in numbers
                 )
     assert constants <= 40, constants
+
+
+def test_storage_modules_stay_readable():
+    """Each storage module has one concern, in at most 500 lines."""
+    for path in STORAGE.glob("*.py"):
+        lines = path.read_text("utf-8").count("\n")
+        assert lines <= 500, f"{path.name} has {lines} lines"
+
+
+def key_templates(path: Path) -> list[tuple[int, str]]:
+    """The string literals of a module that look like Redis keys (``ldp:`` and no space;
+    the parts of an f-string are literals too): prose in docstrings and comments is not."""
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(ast.parse(path.read_text("utf-8")))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value.startswith("ldp:")
+        and not any(char.isspace() for char in node.value)
+    ]
+
+
+def test_every_redis_key_is_named_in_the_keys_module():
+    keys_module = STORAGE / "keys.py"
+    assert key_templates(keys_module), "the keys module names no key"
+    for path in modules("aggregator"):
+        if path == keys_module:
+            continue
+        found = key_templates(path)
+        assert not found, f"{path.relative_to(ROOT)}:{found[0][0]} names a key: {found[0][1]!r}"
+    for script in (STORAGE / "lua").glob("*.lua"):
+        text = script.read_text("utf-8")
+        assert not re.search(r"""['"]ldp:""", text), f"{script.name} names a key"
+
+
+def test_storage_imports_nothing_of_the_aggregator_above_it():
+    """Storage is the bottom layer of the aggregator: no HTTP, no dashboard, no app."""
+    for path in STORAGE.glob("*.py"):
+        tree = ast.parse(path.read_text("utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                package = name.split(".")[:2]
+                assert package[0] != "aggregator" or package[1:] == ["storage"], (
+                    f"{path.name} imports {name}"
+                )

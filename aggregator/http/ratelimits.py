@@ -31,7 +31,7 @@ import redis
 from aggregator.http.errors import error_response
 from aggregator.services import current_settings, get_store
 from aggregator.storage.ingest import RateLimit
-from aggregator.storage.store import WindowCount
+from aggregator.storage.request_counter import WindowCount
 
 DEFAULT_PUBLIC_LIMIT = "1200 per minute"
 DEFAULT_LOGIN_LIMIT = "30 per minute"

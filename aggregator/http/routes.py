@@ -24,14 +24,8 @@ from aggregator.services import (
     get_replication,
     get_store,
 )
-from aggregator.storage.errors import (
-    CampaignFull,
-    CampaignNotFound,
-    ReportBudgetExceeded,
-    SpecChanged,
-    is_out_of_memory,
-)
-from aggregator.storage.ingest import RateLimit, ReportBudget
+from aggregator.storage.errors import CampaignFull, ReportBudgetExceeded, is_out_of_memory
+from aggregator.storage.ingest import RateLimit, ReportBudget, StoredReport
 from aggregator.storage.replication import ReplicationReading
 from aggregator.storage.store import STATUSES, Campaign
 from shared.errors import ValidationError
@@ -221,50 +215,40 @@ def submit_reports(campaign_id: str) -> flask.Response:
     if not ID_PATTERN.fullmatch(campaign_id):
         raise APIError(404, "campaign_not_found", f"no campaign {campaign_id!r}")
     store = get_store()
-    campaign = store.campaign_for_reports(campaign_id)
+    # An unknown campaign is 404 whatever the body (no read once this process knows it).
+    store.campaign_for_reports(campaign_id)
     body = json_body()
     rate_limit, report_budget = _report_limits()
     capacity = get_capacity()
     settings = current_settings()
-    for attempt in (1, 2):
-        enrollment_required = campaign.spec.enrollment_required
-        try:
-            reports = parse_submission(
-                body,
-                campaign.mechanism,
-                campaign.spec_hash,
-                max_batch=settings.max_batch,
-                enrollment_required=enrollment_required,
-            )
-            capacity.check_reports(campaign_id, len(reports))
-            result = store.ingest(
-                campaign_id,
-                reports,
-                enrollment_required=enrollment_required,
-                spec_hash=campaign.spec_hash,
-                rate_limit=rate_limit,
-                report_budget=report_budget,
-            )
-            break
-        except (CampaignFull, ReportBudgetExceeded) as refusal:
-            capacity.record_refusal(refusal.code, campaign_id, len(reports))
+    reports: list[StoredReport] = []
+
+    def check(campaign: Campaign) -> list[StoredReport]:
+        # Against the store's copy of the campaign; called once more if its spec changed.
+        nonlocal reports
+        reports = parse_submission(
+            body,
+            campaign.mechanism,
+            campaign.spec_hash,
+            max_batch=settings.max_batch,
+            enrollment_required=campaign.spec.enrollment_required,
+        )
+        capacity.check_reports(campaign_id, len(reports))
+        return reports
+
+    try:
+        result = store.ingest_checked(
+            campaign_id, check, rate_limit=rate_limit, report_budget=report_budget
+        )
+    except (CampaignFull, ReportBudgetExceeded) as refusal:
+        capacity.record_refusal(refusal.code, campaign_id, len(reports))
+        raise
+    except redis.ResponseError as exc:
+        if not is_out_of_memory(exc):
             raise
-        except redis.ResponseError as exc:
-            if not is_out_of_memory(exc):
-                raise
-            # Redis refused the script's first write (a flood overshot the high-water mark
-            # between two readings): nothing was stored.
-            raise capacity.storage_full(campaign_id, len(reports)) from exc
-        except (ValidationError, SpecChanged, CampaignNotFound):
-            # Refused against this process's copy: read the campaign again, and check
-            # again only if its spec is not the one the copy had.
-            store.forget_campaign(campaign_id)
-            if attempt == 2:
-                raise
-            stale_hash = campaign.spec_hash
-            campaign = store.campaign_for_reports(campaign_id)
-            if campaign.spec_hash == stale_hash:
-                raise
+        # Redis refused the script's first write (a flood overshot the high-water mark
+        # between two readings): nothing was stored.
+        raise capacity.storage_full(campaign_id, len(reports)) from exc
     current_metrics().record_ingest(campaign_id, result)
     response = flask.jsonify(
         {

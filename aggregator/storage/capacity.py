@@ -9,7 +9,7 @@ nothing, while health, reads, estimates and sign-in go on in the reserve. The
 reading (``INFO memory``) is cached for ``check_interval_s`` per process, so it
 costs one Redis call a second, not one per report.
 
-Refusals are counted in Redis (:data:`CapacityGuard.METRICS_KEY`, shown on
+Refusals are counted in Redis (:data:`aggregator.storage.keys.METRICS`, shown on
 ``/health``) and logged, at most once a minute per reason and campaign per
 process; no report content is ever logged.
 """
@@ -24,6 +24,7 @@ from typing import cast
 
 import redis
 
+from aggregator.storage import keys
 from aggregator.storage.cluster import Connection, node_clients, refresh_map
 from aggregator.storage.errors import StorageFull
 
@@ -69,8 +70,6 @@ class CapacityGuard:
     clock : callable
         Monotonic seconds (tests pass their own).
     """
-
-    METRICS_KEY = "ldp:metrics"
 
     def __init__(
         self,
@@ -169,8 +168,8 @@ class CapacityGuard:
         """Count a refused submission and its reports; log it at most once a minute."""
         try:
             with self.connection.pipeline(transaction=False) as pipe:
-                pipe.hincrby(self.METRICS_KEY, f"refused_submissions:{reason}", 1)
-                pipe.hincrby(self.METRICS_KEY, f"refused_reports:{reason}", n_reports)
+                pipe.hincrby(keys.METRICS, f"refused_submissions:{reason}", 1)
+                pipe.hincrby(keys.METRICS, f"refused_reports:{reason}", n_reports)
                 pipe.execute()
         except redis.RedisError as exc:  # a metric must not turn a refusal into a 503
             logger.warning("refusal not counted (%s): %s", reason, exc)
@@ -184,12 +183,12 @@ class CapacityGuard:
                 reason,
                 campaign_id,
                 n_reports,
-                self.METRICS_KEY,
+                keys.METRICS,
             )
 
     def refusals(self) -> dict[str, dict[str, int]]:
         """Refused submissions and reports per reason since the store was created."""
-        raw = cast(dict[bytes, bytes], self.connection.hgetall(self.METRICS_KEY))
+        raw = cast(dict[bytes, bytes], self.connection.hgetall(keys.METRICS))
         counts = {key.decode(): int(value) for key, value in raw.items()}
         return {
             reason: {

@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 import redis
@@ -73,6 +74,12 @@ def open_connection(url: str, **options: Any) -> Connection:
 
 def is_cluster(connection: Connection) -> bool:
     return isinstance(connection, RedisCluster)
+
+
+def lua_script(connection: Connection, name: str) -> Script:
+    """The script ``aggregator/storage/lua/<name>``, registered on ``connection``."""
+    source = resources.files("aggregator.storage") / "lua" / name
+    return connection.register_script(source.read_text("utf-8"))
 
 
 def node_clients(

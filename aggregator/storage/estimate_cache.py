@@ -32,12 +32,12 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
-from aggregator.storage.cluster import Connection
+from aggregator.storage import keys
+from aggregator.storage.cluster import Connection, lua_script
 from aggregator.storage.errors import is_out_of_memory
 from aggregator.storage.locks import Lock
 
@@ -156,12 +156,8 @@ def reserved_bytes(key: str, fields: dict[str, bytes | str]) -> int:
 
 def campaign_keys(key: str) -> list[str]:
     """The keys ``lua/cache_store.lua`` takes for an entry: its campaign's ledger, itself."""
-    campaign_id = key[len("ldp:{c:") : key.index("}")]
-    return [
-        EstimateCache.CAMPAIGN_EXPIRY_KEY.format(id=campaign_id),
-        EstimateCache.CAMPAIGN_BYTES_KEY.format(id=campaign_id),
-        key,
-    ]
+    campaign_id = keys.campaign_of(key)
+    return [keys.estimate_expiry(campaign_id), keys.estimate_bytes(campaign_id), key]
 
 
 class EstimateCache:
@@ -182,16 +178,6 @@ class EstimateCache:
         Unix seconds (tests pass their own): entries expire by it.
     """
 
-    ESTIMATE_KEY = "ldp:{{c:{id}}}:estimate:{variant}"
-    ESTIMATE_LOCK_KEY = "ldp:{{c:{id}}}:estimate-lock:{variant}:{digest}"
-    # The campaign's ledger: its entries' keys by expiry (unix ms), and their sizes.
-    CAMPAIGN_EXPIRY_KEY = "ldp:{{c:{id}}}:estimate-expiry"
-    CAMPAIGN_BYTES_KEY = "ldp:{{c:{id}}}:estimate-bytes"
-    # The ledger of all campaigns' entries, in one slot: the same, and the total.
-    EXPIRY_KEY = "ldp:{estimate-cache}:expiry"
-    BYTES_KEY = "ldp:{estimate-cache}:bytes"
-    TOTAL_KEY = "ldp:{estimate-cache}:total"
-
     def __init__(
         self,
         connection: Connection,
@@ -208,20 +194,18 @@ class EstimateCache:
         self.ttl_s = ttl_s
         self._memory = memory
         self._clock = clock
-        lua = resources.files("aggregator.storage") / "lua"
-        self._store = connection.register_script((lua / "cache_store.lua").read_text("utf-8"))
-        self._ledger = connection.register_script((lua / "cache_ledger.lua").read_text("utf-8"))
+        self._store = lua_script(connection, "cache_store.lua")
+        self._ledger = lua_script(connection, "cache_ledger.lua")
         self._mark_seen_script = connection.register_script(_MARK_SEEN)
         self._logged_at: dict[str, float] = {}
 
     def key(self, campaign_id: str, variant: str) -> str:
         """The key of one entry."""
-        return self.ESTIMATE_KEY.format(id=campaign_id, variant=variant)
+        return keys.estimate(campaign_id, variant)
 
     def lock(self, campaign_id: str, variant: str, digest: str, ttl_ms: int) -> Lock:
         """The lock on computing one estimate (campaign, variant, counts digest)."""
-        key = self.ESTIMATE_LOCK_KEY.format(id=campaign_id, variant=variant, digest=digest)
-        return Lock(self.connection, key, ttl_ms)
+        return Lock(self.connection, keys.estimate_lock(campaign_id, variant, digest), ttl_ms)
 
     # -- lookups -----------------------------------------------------------------------
 
@@ -347,11 +331,11 @@ class EstimateCache:
         oldest = [
             other.decode()
             for other in cast(
-                list[bytes], self.connection.zrange(self.EXPIRY_KEY, 0, EVICT_AT_ONCE - 1)
+                list[bytes], self.connection.zrange(keys.CACHE_EXPIRY, 0, EVICT_AT_ONCE - 1)
             )
             if other.decode() != key
         ]
-        sizes = cast(_Fields, self.connection.hmget(self.BYTES_KEY, oldest)) if oldest else []
+        sizes = cast(_Fields, self.connection.hmget(keys.CACHE_BYTES, oldest)) if oldest else []
         evicted, freed, needed = [], 0, total + reserved - total_cap
         for other, size in zip(oldest, sizes, strict=True):
             if freed >= needed:
@@ -404,7 +388,7 @@ class EstimateCache:
         for entry in sizes:
             args += entry
         done, total = self._ledger(
-            keys=[self.EXPIRY_KEY, self.BYTES_KEY, self.TOTAL_KEY], args=args
+            keys=[keys.CACHE_EXPIRY, keys.CACHE_BYTES, keys.CACHE_TOTAL], args=args
         )
         return bool(done), int(total)
 
@@ -451,10 +435,10 @@ class EstimateCache:
     def bytes_used(self, campaign_id: str | None = None) -> int:
         """Bytes the live entries take, bookkeeping included: a campaign's, or all campaigns'."""
         if campaign_id is None:
-            expiry_key, bytes_key = self.EXPIRY_KEY, self.BYTES_KEY
+            expiry_key, bytes_key = keys.CACHE_EXPIRY, keys.CACHE_BYTES
         else:
-            expiry_key = self.CAMPAIGN_EXPIRY_KEY.format(id=campaign_id)
-            bytes_key = self.CAMPAIGN_BYTES_KEY.format(id=campaign_id)
+            expiry_key = keys.estimate_expiry(campaign_id)
+            bytes_key = keys.estimate_bytes(campaign_id)
         now_ms = int(self._clock() * 1000)
         live = cast(list[bytes], self.connection.zrangebyscore(expiry_key, f"({now_ms}", "+inf"))
         if not live:

@@ -20,7 +20,6 @@ shard of its first report), then stored: one refusal refuses it whole.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -28,9 +27,17 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, NamedTuple
 
-from redis.commands.core import Script
-
-from aggregator.storage.cluster import Call, NodeWriter
+from aggregator.storage import layout as layouts
+from aggregator.storage import periods, retention
+from aggregator.storage.cluster import (
+    Call,
+    Connection,
+    NodeWriter,
+    config_value,
+    is_cluster,
+    lua_script,
+)
+from aggregator.storage.enrollment import token_digest
 from aggregator.storage.errors import (
     CampaignClosed,
     CampaignFull,
@@ -58,11 +65,6 @@ class IngestStatus(IntEnum):
     RATE_LIMITED = 5
     OVER_BUDGET = 6
     OVER_QUOTA = 7
-
-
-def token_digest(token: str) -> str:
-    """What the store keeps of an enrollment token: its SHA-256, so a leak spends nothing."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 def share(amount: int, shards: int) -> int:
@@ -168,28 +170,76 @@ class Ingestion:
 
     Parameters
     ----------
-    writer : NodeWriter
-        Sends the calls to the masters of their shards (and waits for replicas).
-    script : Script
-        ``lua/ingest.lua``, registered on the store's connection.
+    connection : redis.Redis or RedisCluster
+        The store's connection.
+    ack_replicas : int or None
+        Replicas an acknowledged write must have reached. None: 1 on a Redis Cluster
+        (at most the replicas the master has at the time), none on a single server.
+    ack_timeout_ms : int
+        How long to wait for them.
     keeps_raw_reports : bool
         Whether raw reports are kept in each shard's stream.
     retention_s : float, optional
         Raw reports older than this are trimmed as new ones arrive.
+    period_retention_s : float, optional
+        Counts per period expire this long after their period ends (None: kept).
+    on_under_replicated : callable, optional
+        Called as ``on_under_replicated(node, reports)`` when a master acknowledged
+        ``reports`` new reports with fewer replicas than ``ack_replicas``; must not raise.
     """
 
     def __init__(
         self,
-        writer: NodeWriter,
-        script: Script,
+        connection: Connection,
         *,
+        ack_replicas: int | None,
+        ack_timeout_ms: int,
         keeps_raw_reports: bool,
         retention_s: float | None,
+        period_retention_s: float | None,
+        on_under_replicated: Callable[[str, int], None] | None = None,
     ) -> None:
-        self.writer = writer
-        self.script = script
+        self.connection = connection
+        # Sends the calls to the masters of their shards (and waits for replicas).
+        self.writer = NodeWriter(
+            connection,
+            ack_replicas=(1 if is_cluster(connection) else 0)
+            if ack_replicas is None
+            else ack_replicas,
+            ack_timeout_ms=ack_timeout_ms,
+            only_present=ack_replicas is None,
+            on_under_replicated=self._acknowledged_under_replicated,
+        )
+        self.script = lua_script(connection, "ingest.lua")
         self.keeps_raw_reports = keeps_raw_reports
         self.retention_s = retention_s
+        self.period_retention_s = period_retention_s
+        self._on_under_replicated = on_under_replicated
+        self._hash_entries: int | None = None
+
+    def _acknowledged_under_replicated(self, node: str, replies: list[Any]) -> None:
+        """Pass on the new reports ``node`` acknowledged with fewer replicas than asked for.
+
+        The writer waits only for calls that store: element 1 of each reply is the reports
+        it stored (0 for a refusal).
+        """
+        reports = sum(int(reply[1]) for reply in replies)
+        if reports and self._on_under_replicated is not None:
+            self._on_under_replicated(node, reports)
+
+    def period_args(self, unit: str, n_outputs: int, moment: float) -> PeriodArgs:
+        """The period a report received at ``moment`` is counted in, and how: by ``unit``
+        (:mod:`aggregator.storage.periods`), over ``n_outputs`` outputs."""
+        key = periods.key_at(unit, moment)
+        if self._hash_entries is None:
+            value = config_value(self.connection, "hash-max-ziplist-entries")
+            self._hash_entries = int(value) if value else layouts.REDIS_DEFAULT_HASH_ENTRIES
+        return PeriodArgs(
+            key=key,
+            ttl_s=retention.period_ttl_s(unit, key, self.period_retention_s, moment),
+            dense_from=layouts.dense_from(n_outputs, self._hash_entries),
+            last_output=n_outputs - 1,
+        )
 
     def run(self, submission: Submission) -> IngestResult:
         """Store the submission's reports not seen before; count the duplicates.

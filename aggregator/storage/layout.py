@@ -35,7 +35,8 @@ master that holds slots gets the same number of the campaign's shards to within 
 whatever share of the slots it serves. Salt 0 is the plain tag ``{c:<id>:<shard>}``
 (one server, and campaigns created before shards were placed).
 
-The layout of a campaign is fixed when it is created and stored in its record.
+The layout of a campaign is fixed when it is created and stored in its record. The
+keys' names are made in :mod:`aggregator.storage.keys`.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from redis.crc import key_slot
+
+from aggregator.storage import keys
 
 # Layout of campaigns stored by this version (1: one hash tag and a key per report id;
 # 2: sharded, without counts per period).
@@ -126,19 +129,13 @@ def placement(campaign_id: str, shards: int, owners: Mapping[int, str]) -> tuple
                 (
                     salt
                     for salt in range(MAX_SALT)
-                    if owners.get(key_slot(shard_tag(campaign_id, shard, salt).encode())) == target
+                    if owners.get(key_slot(keys.shard_tag(campaign_id, shard, salt).encode()))
+                    == target
                 ),
                 0,
             )
         )
     return tuple(salts)
-
-
-def shard_tag(campaign_id: str, shard: int, salt: int = 0) -> str:
-    """The hash tag (braces included) of one shard's keys."""
-    if salt:
-        return f"{{c:{campaign_id}:{shard}:{salt}}}"
-    return f"{{c:{campaign_id}:{shard}}}"
 
 
 @dataclass(frozen=True)
@@ -163,7 +160,7 @@ class Layout:
 
     @property
     def record_key(self) -> str:
-        return f"ldp:{{c:{self.campaign_id}}}:campaign"
+        return keys.record(self.campaign_id)
 
     @property
     def placement_field(self) -> str:
@@ -171,44 +168,41 @@ class Layout:
         return ",".join(map(str, self.salts)) if any(self.salts) else ""
 
     def shard_tag(self, shard: int) -> str:
-        return shard_tag(self.campaign_id, shard, self.salts[shard] if self.salts else 0)
-
-    def _shard_key(self, shard: int, name: str) -> str:
-        return f"ldp:{self.shard_tag(shard)}:{name}"
+        return keys.shard_tag(self.campaign_id, shard, self.salts[shard] if self.salts else 0)
 
     def state_key(self, shard: int) -> str:
-        return self._shard_key(shard, "state")
+        return keys.state(self.shard_tag(shard))
 
     def counts_key(self, shard: int) -> str:
-        return self._shard_key(shard, "counts")
+        return keys.counts(self.shard_tag(shard))
 
     def hourly_key(self, shard: int) -> str:
-        return self._shard_key(shard, "hourly")
+        return keys.hourly(self.shard_tag(shard))
 
     def period_key(self, shard: int, period: str) -> str:
         """The shard's counts of one period while they are a hash (output index -> count)."""
-        return self._shard_key(shard, f"period:{period}")
+        return keys.period(self.shard_tag(shard), period)
 
     def period_dense_key(self, shard: int, period: str) -> str:
         """The shard's counts of one period once dense (32-bit big-endian, by output index)."""
-        return self._shard_key(shard, f"period-dense:{period}")
+        return keys.period_dense(self.shard_tag(shard), period)
 
     def tokens_key(self, shard: int) -> str:
-        return self._shard_key(shard, "enrollment")
+        return keys.enrollment(self.shard_tag(shard))
 
     def stream_key(self, shard: int) -> str:
-        return self._shard_key(shard, "reports")
+        return keys.reports(self.shard_tag(shard))
 
     def rate_key(self, shard: int, client: str, window: int) -> str:
         """A client's submissions counted in the shard in one rate-limit window."""
-        return self._shard_key(shard, f"ratelimit:{client}:{window}")
+        return keys.rate(self.shard_tag(shard), client, window)
 
     def budget_key(self, shard: int, client: str, window: int) -> str:
         """A client's new reports stored in the shard in one budget window."""
-        return self._shard_key(shard, f"ratelimit-reports:{client}:{window}")
+        return keys.budget(self.shard_tag(shard), client, window)
 
     def seen_key(self, shard: int, window: int, bucket: int) -> str:
-        return self._shard_key(shard, f"seen:{window}:{bucket}")
+        return keys.seen(self.shard_tag(shard), window, bucket)
 
     def route(self, report_id: str, token_digest: str | None = None) -> Route:
         """Shard, bucket and member of a report.

@@ -42,13 +42,13 @@ import time
 from collections.abc import Iterable
 from typing import Any, cast
 
+from aggregator.storage import keys
 from aggregator.storage import layout as layouts
 from aggregator.storage.layout import Layout
 from aggregator.storage.locks import Lock
 from aggregator.storage.store import CampaignStore
 from shared.spec import CampaignSpec
 
-LOCK_KEY = "ldp:migration-lock"
 LOCK_TTL_MS = 10 * 60 * 1000
 LOCK_WAIT_S = 60.0
 CHUNK = 1000
@@ -57,13 +57,14 @@ logger = logging.getLogger(__name__)
 
 
 def _legacy_key(campaign_id: str, name: str) -> str:
-    return f"ldp:{{c:{campaign_id}}}:{name}"
+    """A key of layout 1: everything of a campaign under its record's tag."""
+    return keys.campaign_key(campaign_id, name)
 
 
 def unmigrated(store: CampaignStore) -> list[str]:
     """The ids of campaigns still in layout 1."""
     connection = store.connection
-    ids = [raw.decode() for raw in cast(list[bytes], connection.zrange(store.INDEX_KEY, 0, -1))]
+    ids = store.campaign_ids()
     pipe = connection.pipeline(transaction=False)
     for campaign_id in ids:
         pipe.hmget(_legacy_key(campaign_id, "campaign"), ("spec_hash", "layout"))
@@ -82,7 +83,7 @@ def mark_period_counts(store: CampaignStore, *, now: float | None = None) -> lis
     """
     connection = store.connection
     moment = store.clock() if now is None else now
-    ids = [raw.decode() for raw in cast(list[bytes], connection.zrange(store.INDEX_KEY, 0, -1))]
+    ids = store.campaign_ids()
     pipe = connection.pipeline(transaction=False)
     for campaign_id in ids:
         pipe.hmget(_legacy_key(campaign_id, "campaign"), ("spec_hash", "layout"))
@@ -112,7 +113,7 @@ def migrate_campaigns(store: CampaignStore, *, now: float | None = None) -> dict
     mark_period_counts(store, now=now)
     if not unmigrated(store):
         return {}
-    lock = Lock(store.connection, LOCK_KEY, LOCK_TTL_MS)
+    lock = Lock(store.connection, keys.MIGRATION_LOCK, LOCK_TTL_MS)
     deadline = time.monotonic() + LOCK_WAIT_S
     while not lock.acquire():
         if time.monotonic() > deadline:
@@ -173,13 +174,13 @@ def _move_seen(store: CampaignStore, layout: Layout, everywhere: bool, now: floa
     prefix = _legacy_key(layout.campaign_id, "seen:")
     live = layout.windows(now)
     moved = 0
-    for keys in _chunks(connection.scan_iter(match=_glob(prefix) + "*", count=CHUNK), CHUNK):
+    for found in _chunks(connection.scan_iter(match=_glob(prefix) + "*", count=CHUNK), CHUNK):
         pipe = connection.pipeline(transaction=False)
-        for key in keys:
+        for key in found:
             pipe.pttl(key)
         ttls = pipe.execute()
         pipe = connection.pipeline(transaction=False)
-        for key, ttl_ms in zip(keys, ttls, strict=True):
+        for key, ttl_ms in zip(found, ttls, strict=True):
             if ttl_ms == -2:  # expired meanwhile
                 continue
             report_id = key.decode()[len(prefix) :]

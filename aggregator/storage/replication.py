@@ -7,9 +7,8 @@ alone until a replica joins it. What is counted and read here lets ``/health``,
 ``/metrics`` and the dashboard say so while it lasts.
 
 * :class:`UnderReplicatedReports` counts those reports in Redis, in the hash
-  :attr:`CapacityGuard.METRICS_KEY <aggregator.storage.capacity.CapacityGuard.METRICS_KEY>`
-  that every process adds to, best effort: a count that cannot be written is logged, and
-  the reports stay acknowledged.
+  :data:`~aggregator.storage.keys.METRICS` that every process adds to, best effort: a count
+  that cannot be written is logged, and the reports stay acknowledged.
 * :class:`ReplicaWatch` reads ``INFO replication`` of every master at most once every
   :data:`~aggregator.storage.cluster.REPLICA_CHECK_S` per process, and for a master with
   fewer replicas than writes wait for, the campaigns' shards it holds. A master that does
@@ -28,7 +27,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from aggregator.storage.capacity import CapacityGuard
+from aggregator.storage import keys
 from aggregator.storage.cluster import REPLICA_CHECK_S, Connection, node_clients, refresh_map
 from aggregator.storage.store import CampaignStore
 from shared.errors import LDPError
@@ -47,7 +46,6 @@ class UnderReplicatedReports:
         Also called as ``on_count(node, reports)`` (this process's own count, for Prometheus).
     """
 
-    KEY = CapacityGuard.METRICS_KEY
     FIELD = "under_replicated_reports"
 
     def __init__(
@@ -59,7 +57,7 @@ class UnderReplicatedReports:
     def record(self, node: str, reports: int) -> None:
         """Count ``reports`` acknowledged by ``node`` on fewer replicas; never raises for Redis."""
         try:
-            self.connection.hincrby(self.KEY, self.FIELD, reports)
+            self.connection.hincrby(keys.METRICS, self.FIELD, reports)
         except redis.RedisError as exc:  # the reports are stored: a count must not fail them
             logger.warning(
                 "%d reports acknowledged by %s on fewer replicas not counted: %s",
@@ -72,7 +70,7 @@ class UnderReplicatedReports:
 
     def total(self) -> int:
         """The reports counted by every process since the store was created."""
-        return int(cast(bytes | None, self.connection.hget(self.KEY, self.FIELD)) or 0)
+        return int(cast(bytes | None, self.connection.hget(keys.METRICS, self.FIELD)) or 0)
 
 
 @dataclass(frozen=True)
@@ -168,10 +166,9 @@ class ReplicaWatch:
         master_of = _masters_of_keys(store.connection)
         held: dict[str, int] = {}
         try:
-            ids = cast(list[bytes], store.connection.zrange(store.INDEX_KEY, 0, -1))
-            for raw in ids:
+            for campaign_id in store.campaign_ids():
                 try:
-                    layout = store.layout(raw.decode())  # read once per process
+                    layout = store.layout(campaign_id)  # read once per process
                 except LDPError:  # deleted meanwhile, or not migrated yet
                     continue
                 for shard in range(layout.shards):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import cast
 
+from aggregator.storage import keys
 from aggregator.storage.cluster import Connection
-
-SESSION_KEY = "ldp:dashboard:session:{sid}"
 
 
 class SessionStore:
@@ -16,12 +15,12 @@ class SessionStore:
         self._connection = connection
 
     def open(self, sid: str, fingerprint: str, ttl_s: int) -> None:
-        self._connection.set(SESSION_KEY.format(sid=sid), fingerprint, ex=ttl_s)
+        self._connection.set(keys.session(sid), fingerprint, ex=ttl_s)
 
     def fingerprint(self, sid: str) -> bytes | None:
         """The fingerprint the session was opened with, or None if it is closed or expired."""
         # The connection runs with decode_responses off: replies are bytes.
-        return cast(bytes | None, self._connection.get(SESSION_KEY.format(sid=sid)))
+        return cast(bytes | None, self._connection.get(keys.session(sid)))
 
     def close(self, sid: str) -> None:
-        self._connection.delete(SESSION_KEY.format(sid=sid))
+        self._connection.delete(keys.session(sid))

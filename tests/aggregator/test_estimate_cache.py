@@ -17,6 +17,7 @@ from aggregator.app import create_app
 from aggregator.http.estimates import CONFIDENCE_LEVELS
 from aggregator.services import EXTENSION
 from aggregator.settings import Settings, SettingsError
+from aggregator.storage import keys
 from aggregator.storage.capacity import MemoryReading
 from aggregator.storage.estimate_cache import (
     BOOKKEEPING_BYTES,
@@ -61,7 +62,7 @@ def body(n: int = BODY_BYTES, fill: str = "x") -> str:
 
 def one_entry(campaign_id: str = "fruit", variant: str = "projection:0.95:4") -> int:
     """What :func:`reserved_bytes` reserves for a :func:`body` under this key."""
-    key = EstimateCache.ESTIMATE_KEY.format(id=campaign_id, variant=variant)
+    key = keys.estimate(campaign_id, variant)
     return reserved_bytes(key, {"counts_digest": DIGEST, "body": body(), "reports": SEEN})
 
 
@@ -165,9 +166,9 @@ def test_replacing_an_entry_counts_it_once(connection, now):
     assert BODY_BYTES < once <= one_entry()
     assert put(cache, "fruit", "a", now)
     again = cache.bytes_used()  # measured again by Redis: within a few bytes of the first
-    assert again == cache.bytes_used("fruit") == int(connection.get(EstimateCache.TOTAL_KEY))
+    assert again == cache.bytes_used("fruit") == int(connection.get(keys.CACHE_TOTAL))
     assert abs(again - once) < BOOKKEEPING_BYTES
-    assert connection.zcard(EstimateCache.EXPIRY_KEY) == 1
+    assert connection.zcard(keys.CACHE_EXPIRY) == 1
 
 
 def test_an_entry_larger_than_a_campaign_may_hold_is_not_kept(connection, now):
@@ -215,12 +216,12 @@ def test_expired_entries_leave_the_count(connection, now):
     assert cache.bytes_used() == 0
     assert put(cache, "nuts", "a", now)
     assert cache.bytes_used() == cache.bytes_used("nuts") > 0
-    assert int(connection.get(EstimateCache.TOTAL_KEY)) == cache.bytes_used()
-    assert connection.zcard(EstimateCache.EXPIRY_KEY) == 1
+    assert int(connection.get(keys.CACHE_TOTAL)) == cache.bytes_used()
+    assert connection.zcard(keys.CACHE_EXPIRY) == 1
     # The campaign's own ledger drops its expired entries (and their bodies) when it is
     # next written, by the same clock as the total.
     assert put(cache, "fruit", "b", now)
-    assert connection.zrange(cache.CAMPAIGN_EXPIRY_KEY.format(id="fruit"), 0, -1) == [
+    assert connection.zrange(keys.estimate_expiry("fruit"), 0, -1) == [
         cache.key("fruit", "b").encode()
     ]
     assert not connection.exists(cache.key("fruit", "a"))

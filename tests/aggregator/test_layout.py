@@ -7,7 +7,8 @@ from collections import Counter
 import pytest
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from aggregator.storage.layout import Layout, placement, shard_tag
+from aggregator.storage.keys import shard_tag
+from aggregator.storage.layout import Layout, placement
 
 
 def slot_map(shares: dict[str, float]) -> dict[int, str]:

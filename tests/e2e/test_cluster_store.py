@@ -22,6 +22,7 @@ from redis.cluster import RedisCluster
 
 from aggregator.app import create_app
 from aggregator.services import EXTENSION
+from aggregator.storage import keys
 from aggregator.storage.cluster import is_cluster, open_connection
 from aggregator.storage.estimate_cache import CacheBudget, EstimateCache, reserved_bytes
 from tests.support import free_port_run
@@ -153,11 +154,11 @@ def test_the_estimate_cache_holds_its_caps_with_campaigns_on_every_master(cluste
     connection.flushall()
     on_master: dict[str, str] = {}
     for n in range(100):
-        ledger = EstimateCache.CAMPAIGN_EXPIRY_KEY.format(id=f"c{n}")
+        ledger = keys.estimate_expiry(f"c{n}")
         on_master.setdefault(connection.get_node_from_key(ledger).name, f"c{n}")
     first, second, third = on_master.values()
     body = "x" * 100_000
-    entry = reserved_bytes(EstimateCache.ESTIMATE_KEY.format(id=first, variant="a"), {"body": body})
+    entry = reserved_bytes(keys.estimate(first, "a"), {"body": body})
     now = [time.time()]
     cache = EstimateCache(
         connection,
