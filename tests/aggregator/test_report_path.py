@@ -217,3 +217,14 @@ def test_a_batch_over_several_shards_is_refused_whole_and_counted_once(store):
     # The same batch sent again costs nothing: all duplicates, within every share.
     again = store.ingest("fruit", batch, rate_limit=limit, report_budget=budget, now=62.0)
     assert (again.accepted, again.duplicates) == (0, 4)
+
+
+@pytest.mark.parametrize("size", [1, 40], ids=["single report", "batch"])
+def test_a_server_that_lost_its_scripts_still_stores(store, size):
+    """A node that restarted or was promoted has no script loaded: the first call loads it
+    (one report alone goes without a pipeline, a batch in one)."""
+    store.create_campaign(KRR)
+    store.connection.script_flush()
+    reports = [StoredReport(new_id(), 0, "apple") for _ in range(size)]
+    assert store.ingest("fruit", reports).accepted == size
+    assert n_reports(store) == size
