@@ -11,11 +11,10 @@ is promoted.
 
 Admission is counted per shard: each of a campaign's ``S`` shards admits
 ``ceil(amount / S)`` of a limit (:func:`share`). Report ids spread evenly over the
-shards, so a client whose submissions stay under about three quarters of a limit is
-almost never refused early, and none gets more than the limit rounded up to a multiple
-of ``S`` in all. A submission that spans shards is first checked on all of them (one
-script call per shard, writing nothing but its count against the rate limit, in the
-shard of its first report), then stored: one refusal refuses it whole.
+shards, so none gets more than the limit rounded up to a multiple of ``S`` in all, and
+a client near a limit may be refused a little before reaching it (docs/aggregator.md,
+Storage, gives the odds). A submission that spans shards is first checked on all of
+them (:meth:`Ingestion._check`), then stored: one refusal refuses it whole.
 """
 
 from __future__ import annotations
