@@ -542,8 +542,9 @@ class Settings:
             optional=True,
         ),
         DEFAULT_TIMEOUT_S,
-        "seconds one estimate may compute; past them it answers 503 `estimate_timed_out` "
-        "with `Retry-After`; `null` for no limit",
+        "seconds one estimate request may take, from reading its counts (its waits for "
+        "another request's computation, for a thread and for the channel included); past them "
+        "it answers 503 `estimate_timed_out` with `Retry-After`; `null` for no limit",
     )
     estimate_threads: int = setting(
         Kind("whole number", "a whole number from 0 to 64", _whole(0, 64)),

@@ -87,8 +87,9 @@ WINDOW_TARGET_S = 0.2
 TREND_TARGET_S = 1.0
 
 
-def start_server(data_dir: Path, redis_url: str) -> tuple[subprocess.Popen, str]:
-    """``ldp-aggregator serve`` (one worker) on the Redis at ``redis_url``; its API's URL."""
+def start_server(data_dir: Path, redis_url: str, **settings: str) -> tuple[subprocess.Popen, str]:
+    """``ldp-aggregator serve`` (one worker) on the Redis at ``redis_url``, with ``settings``
+    (``ESTIMATE_TIMEOUT_S="2"``: ``LDP_ESTIMATE_TIMEOUT_S=2``); its API's URL."""
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
@@ -96,6 +97,7 @@ def start_server(data_dir: Path, redis_url: str) -> tuple[subprocess.Popen, str]
         "LDP_ANALYST_TOKEN": ANALYST_TOKEN,
         "LDP_RATELIMIT_ENABLED": "false",
         "LDP_REDIS_URL": redis_url,
+        **{f"LDP_{name}": value for name, value in settings.items()},
     }
     port = free_port()
     log = (data_dir / "server.log").open("wb")

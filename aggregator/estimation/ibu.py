@@ -33,8 +33,6 @@ PATIENCE_FRACTION = 0.25
 # level and creep up on noise alone for thousands of iterations.
 REGAIN_SE = 1.0
 MAX_ITER = 10_000
-# IBU steps run between two budget checks.
-CHUNK_STEPS = 32
 # Where a channel's products act by row, at most this many values (rows x values) step side by
 # side: it saves the per-step cost of many small rows without holding much memory.
 SIDE_BY_SIDE_VALUES = 1 << 17
@@ -89,12 +87,10 @@ def start_steps(channel: Channel, counts: np.ndarray) -> Any:
 
 
 def advance_charged(steps: Any, count: int, tol: float, units_per_step: int) -> tuple[int, float]:
-    """``steps.advance(count, tol)`` in chunks of :data:`CHUNK_STEPS`, each charged to the
-    work budget. Returns the steps taken and the last one's largest change."""
+    """``steps.advance(count, tol)`` in chunks paced by the clock, each charged to the work
+    budget (:class:`budget.Pace`). Returns the steps taken and the last one's largest change."""
     taken, change = 0, np.inf
-    while taken < count:
-        chunk = min(CHUNK_STEPS, count - taken)
-        budget.charge(chunk * units_per_step)
+    for chunk in budget.Pace().chunks(count, units_per_step):
         done, change = steps.advance(chunk, tol)
         taken += done
         if done < chunk:  # converged within the chunk
@@ -137,13 +133,16 @@ class _Folds:
         self._alone = not channel.steps_run_in_parallel
 
     def advance(self, count: int) -> float:
-        """``count`` steps on every fold; the largest change of the last step."""
+        """``count`` steps on every fold; the largest change of the last step. The budget is
+        checked before each fold's steps (the caller charges them)."""
         if self._batch is not None:
             return float(self._batch.advance(count, 0.0)[1])
-        changes = parallel.map_ordered(
-            lambda steps: steps.advance(count, 0.0)[1], self._each, alone=self._alone
-        )
-        return max(changes)
+
+        def one(steps: Any) -> float:
+            budget.check()
+            return float(steps.advance(count, 0.0)[1])
+
+        return max(parallel.map_ordered(one, self._each, alone=self._alone))
 
     def predicted(self) -> np.ndarray:
         if self._batch is not None:
@@ -222,11 +221,10 @@ class CrossValidation:
         iterations: list[int] = []
         per_fold: list[np.ndarray] = []
         done, best, fell, change = 0, 0, False, np.inf
+        pace = budget.Pace()
         while done < self.max_iter:
             target = min(next_checkpoint(done), self.max_iter)
-            while done < target:
-                chunk = min(CHUNK_STEPS, target - done)
-                budget.charge(chunk * channel.n_inputs * held_out.shape[0])
+            for chunk in pace.chunks(target - done, channel.n_inputs * held_out.shape[0]):
                 change = steps.advance(chunk)
                 done += chunk
             iterations.append(done)

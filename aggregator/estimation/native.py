@@ -35,3 +35,23 @@ def native_queue() -> Any:
 def start_native_thread(function: Callable[[], object]) -> None:
     """Run ``function`` in a new native thread (which ends with the process)."""
     _original("_thread", "start_new_thread")(function, ())
+
+
+def prepare_compiler() -> None:
+    """Set numba up now, if it is installed, so that its locks are the operating system's:
+    to be called before gevent patches the process (``serve`` calls it before it starts its
+    workers, which inherit it).
+
+    numba makes its locks (its compiler's, its typing context's) when it is imported and
+    when its CPU target is first set up. Made after gevent has patched a worker (the
+    estimation loads its compiled loops on first use, in gevent's thread pool) they are
+    gevent's, and native threads loading loops at the same time could wait on one of them
+    forever (numba issue 1556): under load an estimate never answered, and its pool thread
+    was lost to the worker.
+    """
+    try:
+        from numba.core.registry import cpu_target
+    except ImportError:
+        return
+    # Both are built on first use, each with its locks.
+    _ = (cpu_target.typing_context, cpu_target.target_context)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from aggregator.estimation import budget
 from aggregator.estimation.channels import Channel, log_likelihood, report_counts
 from aggregator.estimation.ibu import FOLDS, held_out_folds, held_out_scores
 from aggregator.estimation.inversion import project_to_simplex
@@ -74,6 +75,7 @@ class SmoothedProjection:
         self.seed = seed
 
     def _fit_width(self, counts: np.ndarray, channel: Channel, bandwidth: float) -> np.ndarray:
+        budget.charge(channel.n_inputs)
         unbiased, _ = channel.solve_counts(counts)
         return GridSmoother(self.rows, self.cols, bandwidth)(project_to_simplex(unbiased))
 
@@ -102,14 +104,22 @@ class SmoothedProjection:
                 "cross-validation, so none was applied"
             )
             return 0.0
-        projected = np.stack([project_to_simplex(channel.solve_counts(row)[0]) for row in train])
+        projected = np.stack([self._projected(row, channel) for row in train])
         scores = []
         for bandwidth in BANDWIDTHS_CELLS:
+            budget.charge(channel.n_inputs * train.shape[0])
             smoothed = GridSmoother(self.rows, self.cols, bandwidth)(projected)
             predicted = np.stack([channel.forward(row) for row in smoothed])
             scores.append(held_out_scores(held_out, predicted).sum())
         self.scores_ = np.asarray(scores)
         return float(BANDWIDTHS_CELLS[int(np.argmax(self.scores_))])
+
+    @staticmethod
+    def _projected(counts: np.ndarray, channel: Channel) -> np.ndarray:
+        """Norm-Sub on one fold's counts, charged to the work budget (a solve is a pass over
+        the values, and a large-domain oracle's many)."""
+        budget.charge(channel.n_inputs)
+        return project_to_simplex(channel.solve_counts(counts)[0])
 
     def replay(self, counts: np.ndarray, channel: Channel) -> np.ndarray:
         """The chosen width on other counts (one set, or one per row)."""

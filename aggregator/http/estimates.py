@@ -100,12 +100,66 @@ def off_loop(function: Callable[..., _Result], /, *args: Any, **kwargs: Any) -> 
     calling greenlet waits; elsewhere (tests, the CLI) it is a plain call.
     ``function`` must be pure computation: no Redis, and no gevent-patched lock.
     """
-    monkey = sys.modules.get("gevent.monkey")
-    if monkey is None or not monkey.is_module_patched("threading"):
+    if not _gevent_runs():
         return function(*args, **kwargs)
     import gevent
 
     return gevent.get_hub().threadpool.apply(function, args, kwargs)
+
+
+def _gevent_runs() -> bool:
+    """Whether gevent has patched this process (gunicorn's gevent worker)."""
+    monkey = sys.modules.get("gevent.monkey")
+    return monkey is not None and bool(monkey.is_module_patched("threading"))
+
+
+def off_loop_until(
+    limits: EstimateLimits | None, function: Callable[..., _Result], /, *args: Any, **kwargs: Any
+) -> _Result:
+    """:func:`off_loop`, waited for until the deadline of ``limits`` at most
+    (:meth:`EstimateLimits.from_now`), the wait for a free thread included.
+
+    Past the deadline the request answers 503 ``estimate_timed_out`` at once, and the
+    function runs on to its own end: a :func:`bounded` one stops at its next check of
+    the budget, or as it starts if it is past the deadline then. Without a deadline, or
+    without gevent, it is :func:`off_loop`.
+    """
+    if limits is None or limits.deadline is None or not _gevent_runs():
+        return off_loop(function, *args, **kwargs)
+    return _waited(_in_greenlet(off_loop, function, *args, **kwargs), limits)
+
+
+def _in_greenlet(function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """A new greenlet that runs ``function(*args, **kwargs)`` and returns ``(True, its
+    result)`` or ``(False, the exception it raised)``: nobody need wait for it (gevent
+    prints the exception of a greenlet that raised)."""
+    import gevent
+
+    def outcome() -> tuple[bool, Any]:
+        try:
+            return True, function(*args, **kwargs)
+        except Exception as exc:
+            return False, exc
+
+    return gevent.spawn(outcome)
+
+
+def _waited(started: Any, limits: EstimateLimits | None) -> Any:
+    """The result of a greenlet of :func:`_in_greenlet` (or its exception, raised), waited
+    for until the deadline of ``limits`` at most: then 503 ``estimate_timed_out``."""
+    import gevent
+
+    left = None
+    if limits is not None and limits.deadline is not None:
+        left = max(0.0, limits.deadline - time.monotonic())
+    try:
+        ok, value = started.get(timeout=left)
+    except gevent.Timeout:
+        assert limits is not None
+        raise timed_out(limits) from None
+    if not ok:
+        raise value
+    return value
 
 
 class ChannelCache:
@@ -120,23 +174,42 @@ class ChannelCache:
         self.size = int(size)
         self._lock = threading.Lock()
         self._channels: OrderedDict[str, Channel] = OrderedDict()
+        # Under gevent, the builds under way (greenlets of _in_greenlet) by spec hash: a
+        # request for a channel being built waits for that build instead of starting another.
+        self._building: dict[str, Any] = {}
         self.builds = 0
 
-    def get(self, campaign: Campaign) -> Channel:
-        """The campaign's channel, built on first use."""
+    def get(self, campaign: Campaign, limits: EstimateLimits | None = None) -> Channel:
+        """The campaign's channel, built on first use, once however many requests ask for it
+        at the same time. Under gevent a request waits for the build until the deadline of
+        ``limits`` at most (then 503 ``estimate_timed_out``); the build goes on, for the
+        requests that follow."""
         key = campaign.spec_hash
         with self._lock:
             if key in self._channels:
                 self._channels.move_to_end(key)
                 return self._channels[key]
+            building = self._building.get(key)
+            if building is None and _gevent_runs():
+                building = _in_greenlet(self._build, key, campaign.mechanism)
+                self._building[key] = building
+        if building is None:
+            return self._build(key, campaign.mechanism)
+        return _waited(building, limits)
+
+    def _build(self, key: str, mechanism: Mechanism) -> Channel:
         # Built outside the lock: a slow kernel must not hold up other campaigns.
-        channel = off_loop(channel_for, campaign.mechanism)
-        with self._lock:
-            self.builds += 1
-            self._channels[key] = channel
-            self._channels.move_to_end(key)
-            while len(self._channels) > self.size:
-                self._channels.popitem(last=False)
+        try:
+            channel = off_loop(channel_for, mechanism)
+            with self._lock:
+                self.builds += 1
+                self._channels[key] = channel
+                self._channels.move_to_end(key)
+                while len(self._channels) > self.size:
+                    self._channels.popitem(last=False)
+        finally:
+            with self._lock:
+                self._building.pop(key, None)
         return channel
 
 
@@ -238,11 +311,17 @@ def parse_confidence(raw: str | None) -> float:
 @dataclasses.dataclass(frozen=True)
 class EstimateLimits:
     """The budget of one estimate: a cap on its work units and a time limit (None: none), and
-    the threads it may use (0: as many as the process may run on, at most 4)."""
+    the threads it may use (0: as many as the process may run on, at most 4).
+
+    ``deadline`` is the :func:`time.monotonic` instant a request's time limit runs out, set
+    when the request starts (:meth:`from_now`) so that the limit covers its reads, its waits
+    (for another request's computation, for a thread) and its computation; None: the limit
+    runs from when the computation starts."""
 
     max_work: int | None = DEFAULT_MAX_WORK
     timeout_s: float | None = DEFAULT_TIMEOUT_S
     threads: int = 0
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_work is not None and (
@@ -263,6 +342,17 @@ class EstimateLimits:
         """Seconds a client should wait before asking again for an estimate that timed out."""
         return max(1, math.ceil(self.timeout_s or DEFAULT_TIMEOUT_S))
 
+    def from_now(self) -> EstimateLimits:
+        """These limits for a request that starts now: its time limit runs out ``timeout_s``
+        from here (a deadline already set is kept: a trend's periods share the trend's)."""
+        if self.timeout_s is None or self.deadline is not None:
+            return self
+        return dataclasses.replace(self, deadline=time.monotonic() + self.timeout_s)
+
+    def past_deadline(self) -> bool:
+        """Whether the request's time limit has run out (never without a deadline)."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
 
 def current_limits() -> EstimateLimits:
     """The current app's per-estimate limits (read from its settings by the app factory)."""
@@ -281,7 +371,9 @@ def bounded(
     """``function`` run under ``limits`` in the thread that calls it, budget errors mapped.
 
     The budget is per thread, so it must be opened by the thread that computes
-    (:func:`off_loop` hands the function to gevent's thread pool). A stopped
+    (:func:`off_loop` hands the function to gevent's thread pool); its time limit ends at
+    the limits' ``deadline`` where the request set one (:meth:`EstimateLimits.from_now`),
+    so the time the function waited for a thread counts. A stopped
     estimate raises out of its loop and its thread goes back to the pool.
     Exceeding the work cap is :class:`EstimateTooCostly` (the same counts never
     fit); the time limit is a 503 with ``Retry-After``.
@@ -293,7 +385,10 @@ def bounded(
     def run(*args: Any, **kwargs: Any) -> _Result:
         try:
             with budget.limited(
-                max_work=limits.max_work, timeout_s=limits.timeout_s, threads=limits.threads
+                max_work=limits.max_work,
+                timeout_s=limits.timeout_s,
+                threads=limits.threads,
+                deadline=limits.deadline,
             ):
                 return function(*args, **kwargs)
         except budget.WorkLimitExceeded as exc:
@@ -303,16 +398,21 @@ def bounded(
                 "a cheaper method or a larger limit is needed",
                 field="method",
             ) from None
-        except budget.EstimateTimedOut as exc:
-            raise APIError(
-                503,
-                "estimate_timed_out",
-                f"{exc} (the server's LDP_ESTIMATE_TIMEOUT_S) and was stopped; "
-                "retry later, or use a cheaper method",
-                retry_after_s=limits.retry_after_s,
-            ) from None
+        except budget.EstimateTimedOut:
+            raise timed_out(limits) from None
 
     return run
+
+
+def timed_out(limits: EstimateLimits) -> APIError:
+    """503 ``estimate_timed_out``: the estimate ran past the time limit of ``limits``."""
+    return APIError(
+        503,
+        "estimate_timed_out",
+        f"{budget.EstimateTimedOut(limits.timeout_s or DEFAULT_TIMEOUT_S)} (the server's "
+        "LDP_ESTIMATE_TIMEOUT_S) and was stopped; retry later, or use a cheaper method",
+        retry_after_s=limits.retry_after_s,
+    )
 
 
 def count_vector(counts: dict[int, int], n_outputs: int) -> np.ndarray:
@@ -538,7 +638,8 @@ def _cached_estimate(
     def compute(
         counts: dict[int, int], channel: Channel | None, allowed: EstimateLimits | None
     ) -> dict[str, Any]:
-        return off_loop(
+        return off_loop_until(
+            allowed,
             bounded(estimate_response, allowed),
             campaign,
             counts,
@@ -583,8 +684,10 @@ def cached_body(
     """A body made from a campaign's counts, cached in Redis under ``variant`` until they change
     (an estimate, a window's, a comparison's): its JSON text, the body itself when it was just
     computed, and whether it came from the cache. ``observe`` is told the outcome and its time.
+    The time limit runs from here (:meth:`EstimateLimits.from_now`).
     """
     began, outcome = time.perf_counter(), FAILED
+    limits = None if limits is None else limits.from_now()
     try:
         campaign_id = campaign.spec.id
         # Without reading the counts (every shard's, up to 16 x outputs fields): a body made
@@ -599,12 +702,11 @@ def cached_body(
             outcome = CACHED
             return hit.decode(), None, True
         lock = compute_lock(store, campaign_id, variant, counts_hash, limits)
-        started, allowed = time.monotonic(), limits
         while not lock.acquire():
             # Another request (in this worker or another) computes this very body: wait for
             # it rather than compute it twice, within this request's own time limit.
             time.sleep(LOCK_POLL_S)
-            limits = _remaining(allowed, time.monotonic() - started)
+            _still_in_time(limits)
         try:
             # Under the lock, the cache once more: whoever held it may have cached the body,
             # while this request waited or between its cache miss and the lock.
@@ -612,8 +714,12 @@ def cached_body(
             if hit is not None:
                 outcome = CACHED
                 return hit.decode(), None, True
+            if limits is not None and limits.past_deadline():
+                raise timed_out(limits)
             channel = (
-                channels.get(campaign) if channels is not None and any_reports(counts) else None
+                channels.get(campaign, limits)
+                if channels is not None and any_reports(counts)
+                else None
             )
             response = compute(counts, channel, limits)
             body = json.dumps(response, separators=(",", ":"), default=_plain)
@@ -641,16 +747,14 @@ def cache_variant(method: str, confidence: float, window: WindowRead | None = No
     return variant if window is None else f"{variant}:{window.variant}"
 
 
-def _remaining(limits: EstimateLimits | None, waited_s: float) -> EstimateLimits | None:
-    """The limits left to a request that waited ``waited_s`` for another's computation.
+def _still_in_time(limits: EstimateLimits | None) -> None:
+    """Raise 503 ``estimate_pending`` if a request waiting for another's computation is past
+    its deadline.
 
-    The time limit covers the wait: a request whose time is up answers 503
-    ``estimate_pending`` rather than computing for a whole time limit more.
+    The time limit covers the wait: a request whose time is up answers at once rather than
+    computing for a whole time limit more.
     """
-    if limits is None or limits.timeout_s is None:
-        return limits
-    left = limits.timeout_s - waited_s
-    if left <= 0:
+    if limits is not None and limits.past_deadline():
         raise APIError(
             503,
             "estimate_pending",
@@ -658,7 +762,6 @@ def _remaining(limits: EstimateLimits | None, waited_s: float) -> EstimateLimits
             f"within {limits.timeout_s:g} s (the server's LDP_ESTIMATE_TIMEOUT_S); retry later",
             retry_after_s=limits.retry_after_s,
         )
-    return dataclasses.replace(limits, timeout_s=left)
 
 
 def compute_lock(

@@ -33,7 +33,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -71,14 +70,11 @@ def _timed_out(limits: EstimateLimits) -> APIError:
     )
 
 
-def _left(limits: EstimateLimits | None, started: float) -> EstimateLimits | None:
-    """What is left of ``limits``'s time limit ``started`` (monotonic) ago."""
-    if limits is None or limits.timeout_s is None:
-        return limits
-    left = limits.timeout_s - (time.monotonic() - started)
-    if left <= 0:
+def _in_time(limits: EstimateLimits | None) -> EstimateLimits | None:
+    """``limits``, for the trend's next estimate, if the trend's deadline has not passed."""
+    if limits is not None and limits.past_deadline():
         raise _timed_out(limits)
-    return EstimateLimits(limits.max_work, left, limits.threads)
+    return limits
 
 
 def trend_variant(method: str, confidence: float, window: WindowRead) -> str:
@@ -103,7 +99,8 @@ def _lean_estimate(
     def compute(
         counts: dict[int, int], channel: Channel | None, allowed: EstimateLimits | None
     ) -> dict[str, Any]:
-        return estimates.off_loop(
+        return estimates.off_loop_until(
+            allowed,
             estimates.bounded(estimates.estimate_response, allowed),
             campaign,
             counts,
@@ -147,9 +144,9 @@ def trend_response(
 
     The categories are those with the largest estimated shares over the whole window. The
     whole trend shares the estimate's time limit: past it, 503 ``estimate_timed_out`` (the
-    periods computed so far are cached).
+    periods computed so far are cached), from when it starts.
     """
-    started = time.monotonic()
+    limits = None if limits is None else limits.from_now()
     retention_s = store.period_retention_s
     whole = resolve(campaign, window, now=now, retention_s=retention_s)
     each = [
@@ -191,7 +188,7 @@ def trend_response(
                 part,
                 read=functools.partial(counts_of, part),
                 channels=channels,
-                limits=_left(limits, started),
+                limits=_in_time(limits),
                 observe=observe,
             )
         return bodies[part.variant]
@@ -434,7 +431,8 @@ def comparison_json(
         channel: Channel | None,
         allowed: EstimateLimits | None,
     ) -> dict[str, Any]:
-        return estimates.off_loop(
+        return estimates.off_loop_until(
+            allowed,
             estimates.bounded(comparison_body, allowed),
             campaign,
             pair,

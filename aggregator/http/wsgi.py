@@ -31,6 +31,7 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 from prometheus_client.multiprocess import mark_process_dead
 
+from aggregator.estimation.native import prepare_compiler
 from aggregator.http.metrics import enable_multiprocess
 
 # The master kills a worker whose loop has not checked in for this long. Estimates run off
@@ -142,8 +143,11 @@ def run_gunicorn(
 
     The workers' metrics go to a new directory (``$TMPDIR/ldp-metrics-*``, any
     ``PROMETHEUS_MULTIPROC_DIR`` given is replaced), removed when the server stops.
+    numba (the ``fast`` extra) is set up here, before gevent patches the workers
+    (:func:`aggregator.estimation.native.prepare_compiler`).
     """
     warnings.filterwarnings("ignore", message=_SSL_WARNING_NAMING_ONLY_REDIS_ASYNCIO)
+    prepare_compiler()
     metrics_dir = tempfile.mkdtemp(prefix="ldp-metrics-")
     try:
         enable_multiprocess(metrics_dir)

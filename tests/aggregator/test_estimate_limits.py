@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import threading
 import time
 
@@ -21,6 +23,7 @@ from aggregator_testdata import ADMIN_TOKEN, ANALYST_TOKEN, KRR_SPEC, PLANAR_SPE
 from aggregator.app import create_app
 from aggregator.cli import main
 from aggregator.estimation import budget
+from aggregator.estimation.channels import DenseChannel
 from aggregator.http import estimates
 from aggregator.http.openapi import document
 from aggregator.storage.ingest import StoredReport
@@ -53,6 +56,33 @@ def charging_forever(*args, **kwargs):
     while True:
         budget.charge(100)
         time.sleep(0.001)
+
+
+# Each product of a SlowChannel takes this long: an IBU step (two products) takes 0.1 s, as a
+# 256 x 256 grid's does on a busy machine; 32 steps, the most between two checks of the budget,
+# take 3.2 s.
+SLOW_PRODUCT_S = 0.05
+# How far past its time limit a stopped estimate may answer in these tests: about a step, and
+# room for a loaded machine.
+OVERRUN_BOUND_S = 1.0
+
+
+class SlowChannel(DenseChannel):
+    """A dense channel whose every product takes :data:`SLOW_PRODUCT_S`."""
+
+    def forward(self, p):
+        time.sleep(SLOW_PRODUCT_S)
+        return super().forward(p)
+
+    def backward(self, u):
+        time.sleep(SLOW_PRODUCT_S)
+        return super().backward(u)
+
+
+def one_long_step(*args, **kwargs):
+    """An estimator whose first step alone takes a second, and nothing can stop it."""
+    time.sleep(1.0)
+    budget.charge(1)
 
 
 # -- confidence -----------------------------------------------------------------------------
@@ -131,6 +161,77 @@ def test_an_estimate_past_the_time_limit_is_stopped_with_a_503(config, store, an
     dashboard = client.get("/dashboard/data/campaigns/fruit/estimate")
     assert dashboard.status_code == 503
     assert dashboard.get_json()["error"]["code"] == "estimate_timed_out"
+
+
+@pytest.mark.parametrize("method", ["ibu", "mle"])
+def test_an_estimate_of_slow_steps_stops_soon_after_its_time_limit(
+    config, store, analyst, monkeypatch, method
+):
+    """IBU's folds and steps check the budget about every 0.1 s, however slow a step: an
+    estimate whose steps take 0.1 s each stops within about a step of its limit (checked
+    every 32 steps, it ran 3 s past it)."""
+    spec = CampaignSpec.from_dict(KRR_SPEC)
+    store.create_campaign(spec)
+    reports = [
+        StoredReport(new_id(), i, None) for i, c in enumerate((40, 25, 10, 5)) for _ in range(c)
+    ]
+    store.ingest("fruit", reports)
+    real = estimates.channel_for
+    monkeypatch.setattr(estimates, "channel_for", lambda m: SlowChannel(real(m).to_dense()))
+    timeout_s = 0.5
+    client = limited_app(config, ESTIMATE_TIMEOUT_S=timeout_s).test_client()
+    started = time.monotonic()
+    response = client.get(f"{KRR_URL}?method={method}", headers=analyst)
+    assert time.monotonic() - started < timeout_s + OVERRUN_BOUND_S
+    assert response.status_code == 503
+    assert response.get_json()["error"]["code"] == "estimate_timed_out"
+
+
+@pytest.mark.parametrize("busy", ["waiting for a thread", "in one long step"])
+def test_a_request_answers_at_its_time_limit_whatever_its_computation_does(
+    config, store, analyst, monkeypatch, busy
+):
+    """Under gevent the request waits for its computation until its deadline at most: the time
+    it waits for a free thread counts, and a step that cannot be stopped runs on without it."""
+    fill(store, KRR_SPEC, 50)
+    monkeypatch.setattr(gevent.monkey, "is_module_patched", lambda name: name == "threading")
+    pool = gevent.get_hub().threadpool
+    monkeypatch.setattr(pool, "maxsize", 1)
+    timeout_s = 0.3
+    client = limited_app(config, ESTIMATE_TIMEOUT_S=timeout_s).test_client()
+    # The campaign's channel is built (a first estimate), and the next one is computed.
+    assert client.get(f"{KRR_URL}?confidence=0.8", headers=analyst).status_code == 200
+    if busy == "waiting for a thread":
+        monkeypatch.setattr(estimates, "estimate", charging_forever)
+        pool.spawn(time.sleep, 1.0)
+    else:
+        monkeypatch.setattr(estimates, "estimate", one_long_step)
+    started = time.monotonic()
+    response = client.get(KRR_URL, headers=analyst)
+    assert time.monotonic() - started < timeout_s + OVERRUN_BOUND_S / 2
+    assert response.status_code == 503
+    assert response.get_json()["error"]["code"] == "estimate_timed_out"
+    # The computation left behind stops at its first check of the budget, past its deadline.
+    assert pool.apply(lambda: 42) == 42
+
+
+def test_numba_is_set_up_with_locks_of_the_operating_system_before_gevent_patches():
+    """Made after gevent's patching, numba's compiler lock was gevent's, and estimates loading
+    compiled loops in several native threads at once could wait on it forever."""
+    pytest.importorskip("numba")
+    program = (
+        "from aggregator.estimation.native import prepare_compiler\n"
+        "prepare_compiler()\n"
+        "from gevent import monkey\n"
+        "monkey.patch_all()\n"
+        "import _thread\n"
+        "from numba.core.compiler_lock import global_compiler_lock\n"
+        "from numba.core.registry import cpu_target\n"
+        "locks = (global_compiler_lock._lock, cpu_target.typing_context.callstack._lock)\n"
+        "assert all(type(lock) is _thread.RLock for lock in locks), locks\n"
+    )
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
 
 
 def test_a_stopped_estimate_frees_its_pool_thread(config, store, analyst, monkeypatch):

@@ -111,3 +111,16 @@ def test_threads_lent_a_share_charge_it_and_its_budget():
 def _charge_under(lent, units):
     with budget.lent(lent):
         budget.charge(units)
+
+
+def test_a_paced_loop_checks_the_budget_before_each_slow_step():
+    """Steps slower than budget.CHECK_EVERY_S run one at a time, each charged (and the time limit
+    checked) before it; fast ones run in chunks that double."""
+    taken = []
+    with budget.limited(timeout_s=0.25), pytest.raises(budget.EstimateTimedOut):
+        for chunk in budget.Pace().chunks(100, 1):
+            taken.append(chunk)
+            time.sleep(chunk * 1.5 * budget.CHECK_EVERY_S)
+    assert set(taken) == {1} and len(taken) <= 2
+    fast = list(budget.Pace().chunks(1000, 1))
+    assert sum(fast) == 1000 and fast[0] == 1 and len(fast) < 50
