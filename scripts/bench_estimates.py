@@ -50,10 +50,10 @@ if str(ROOT) not in sys.path:  # run as a file from anywhere: make the project i
     sys.path.insert(0, str(ROOT))
 
 from aggregator.estimation import budget  # noqa: E402
+from aggregator.estimation.decision import default_method  # noqa: E402
 from aggregator.http.estimates import (  # noqa: E402
     DEFAULT_CONFIDENCE,
     DEFAULT_MAX_WORK,
-    DEFAULT_METHOD,
     DEFAULT_TIMEOUT_S,
     estimate_response,
 )
@@ -243,7 +243,7 @@ def work_units(spec: dict, server: Server) -> int:
     parsed = CampaignSpec.from_dict(spec)
     campaign = Campaign(parsed, "open", 0.0, 0, Mechanism.from_spec(parsed))
     with budget.limited():
-        estimate_response(campaign, counts, DEFAULT_METHOD, DEFAULT_CONFIDENCE)
+        estimate_response(campaign, counts, default_method(campaign.mechanism), DEFAULT_CONFIDENCE)
         return budget.spent()
 
 
