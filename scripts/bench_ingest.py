@@ -415,6 +415,41 @@ def profile_paths(redis_url: str, n: int) -> list[str]:
     return rows
 
 
+def round_trips(redis_url: str, n: int = 50) -> list[str]:
+    """Redis round trips per request of our server, in-process, with its default limits (rate
+    limit, report budget and quota on): single reports and batches of 1,000."""
+    ours = create_app({"REDIS_URL": redis_url, "ADMIN_TOKEN": ADMIN_TOKEN}).test_client()
+    ours.post("/api/v1/campaigns", json={**KRR_SPEC, "id": "bench-trips"}, headers=ADMIN)
+    url = "/api/v1/campaigns/bench-trips/reports"
+    sent: list[int] = []
+    original = redis.connection.AbstractConnection.send_packed_command
+
+    def counting(self, command, check_health=True):
+        sent.append(1)
+        return original(self, command, check_health)
+
+    rows = []
+    for name, batch in (("single report", 1), ("batch of 1,000", BATCH)):
+        count = n if batch == 1 else max(n // 10, 3)
+
+        bodies = []
+        # The first request reads the campaign and the server's settings; then steady state.
+        for _ in range(count + 1):
+            reports = [{"report_id": str(uuid.uuid4()), "value": "c0"} for _ in range(batch)]
+            bodies.append(reports[0] if batch == 1 else {"reports": reports})
+        assert ours.post(url, json=bodies.pop()).status_code == 200
+        redis.connection.AbstractConnection.send_packed_command = counting
+        try:
+            for item in bodies:
+                assert ours.post(url, json=item).status_code == 200
+        finally:
+            redis.connection.AbstractConnection.send_packed_command = original
+        rows.append(f"| {name} | {len(sent) / count:.2f} |")
+        print(rows[-1], flush=True)
+        sent.clear()
+    return rows
+
+
 # -- the estimate endpoint -------------------------------------------------------------------
 
 
@@ -583,6 +618,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, EmbeddedRedis(tmp) as server:
         print("profile (in-process):", flush=True)
         profile = profile_paths(server.url, 300 if args.quick else 2000)
+        print("round trips (in-process):", flush=True)
+        trips = round_trips(server.url)
         ours = start_ours(server.url)
         try:
             estimates = estimate_rows(ours.port, server.url, 2_000 if args.quick else 100_000)
@@ -610,6 +647,13 @@ def main() -> None:
             "| appendfsync | single vs bare Flask + Lua | p99 single | batch vs ceiling |",
             "|---|---|---|---|",
             *verdict_rows(verdicts),
+            "",
+            "Redis round trips per request of our server (in-process, default limits on; the "
+            "memory reading of the capacity guard, once a second, included):",
+            "",
+            "| request | round trips |",
+            "|---|---|",
+            *trips,
             "",
             "Where the time goes, in-process (Flask test client against the same Redis, no "
             "HTTP server; cProfile's own time by module, so shares not absolute figures):",
