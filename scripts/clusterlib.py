@@ -411,11 +411,6 @@ def campaign_layout(cluster_url: str, campaign_id: str) -> Layout:
         store.close()
 
 
-def shard_key(layout: Layout, shard: int) -> str:
-    """A key name in one shard's slot (the hash tag alone decides the slot)."""
-    return layout.counts_key(shard)
-
-
 def slot_owners(connection: redis.Redis) -> dict[int, tuple[str, int]]:
     """Every slot's master as (host, port), from ``CLUSTER SLOTS``."""
     owners: dict[int, tuple[str, int]] = {}
@@ -428,13 +423,9 @@ def slot_owners(connection: redis.Redis) -> dict[int, tuple[str, int]]:
 
 
 def shard_masters(connection: redis.Redis, layout: Layout) -> dict[int, tuple[str, int]]:
-    """Each shard of the campaign and the master that holds its slot (``CLUSTER KEYSLOT``)."""
+    """Each shard of the campaign and the master that holds its slot."""
     owners = slot_owners(connection)
-    placed = {}
-    for shard in range(layout.shards):
-        slot = int(connection.execute_command("CLUSTER KEYSLOT", shard_key(layout, shard)))
-        placed[shard] = owners[slot]
-    return placed
+    return {shard: owners[layout.slot(shard)] for shard in range(layout.shards)}
 
 
 def masters(connection: redis.Redis) -> list[tuple[str, int]]:

@@ -251,10 +251,7 @@ def kill_and_recover(
     finally:
         killed.set()
     witness = clusterlib.node(survivors[0])
-    victim_slots = [record_slot] + [
-        int(witness.execute_command("CLUSTER KEYSLOT", clusterlib.shard_key(layout, shard)))
-        for shard in failover.victim_shards
-    ]
+    victim_slots = [record_slot] + [layout.slot(shard) for shard in failover.victim_shards]
 
     def promoted() -> bool:
         if witness.cluster("info")["cluster_state"] != "ok":

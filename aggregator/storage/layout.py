@@ -170,6 +170,10 @@ class Layout:
     def shard_tag(self, shard: int) -> str:
         return keys.shard_tag(self.campaign_id, shard, self.salts[shard] if self.salts else 0)
 
+    def slot(self, shard: int) -> int:
+        """The cluster slot that holds every key of the shard (its tag decides it)."""
+        return key_slot(self.shard_tag(shard).encode())
+
     def state_key(self, shard: int) -> str:
         return keys.state(self.shard_tag(shard))
 
