@@ -90,6 +90,8 @@ class DrillConfig:
     ack_replicas: int | None = 1
     # Seconds a client retries one submission before it records its reports as given up.
     give_up_s: float = 300.0
+    # Threads of the failover probe (each waits out its requests to the killed master's shards).
+    probe_threads: int = PROBE_THREADS
 
 
 @dataclass
@@ -482,7 +484,7 @@ def run(config: DrillConfig, workdir: Path | None = None) -> DrillFigures:
                         ),
                         args=(config.seed + 5 + index,),
                     )
-                    for index in range(PROBE_THREADS)
+                    for index in range(config.probe_threads)
                 ]
                 fault_thread.start()
                 watcher.start()

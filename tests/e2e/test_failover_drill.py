@@ -22,7 +22,9 @@ from failover_drill import KILLED_MASTER, OTHER_MASTERS, DrillConfig, run
 
 @pytest.mark.slow
 def test_a_master_killed_under_load_loses_no_acknowledged_report_and_counts_none_twice(tmp_path):
-    config = DrillConfig(reports=5000, clients=8, latency_rounds=2, give_up_s=120)
+    # Eight probe threads: with four, all of them could be waiting on the killed master's shards
+    # through the whole failover (about a 1 % chance), and see none of the others.
+    config = DrillConfig(reports=5000, clients=8, latency_rounds=2, give_up_s=120, probe_threads=8)
     figures = run(config, workdir=tmp_path)
     assert figures.problems == []
     assert figures.sent == figures.acknowledged == figures.counted == 5000 + figures.probed
@@ -39,7 +41,8 @@ def test_a_master_killed_under_load_loses_no_acknowledged_report_and_counts_none
         figures.during_failover[KILLED_MASTER],
     )
     assert elsewhere.accepted > 0 and not elsewhere.failed
-    assert set(killed.failed) <= {"503"} and sum(killed.failed.values()) > 0
+    # (A promotion within the writer's 3 s of retries answers them late, not with a 503.)
+    assert set(killed.failed) <= {"503"}
     assert failover.killed_at < failover.promoted_at < failover.replica_back_at
     # The clients saw the failure (the kill came mid-traffic) and got through it.
     assert sum(figures.window_failed.values()) > 0
