@@ -559,7 +559,7 @@ class CampaignSpec:
         stored: bool,
     ) -> CampaignSpec:
         """A categorical mechanism's spec over a region's cells."""
-        grid = cls._parse_grid(
+        grid = cls.parse_grid(
             data, mechanism, max_cells=min(MAX_CELLS, _MAX_VALUES[mechanism]), stored=stored
         )
         if grid.n_cells < MIN_DOMAIN:
@@ -578,7 +578,7 @@ class CampaignSpec:
         )
 
     @classmethod
-    def _parse_grid(
+    def parse_grid(
         cls, data: dict[str, Any], mechanism: str, *, max_cells: int, stored: bool
     ) -> Grid:
         """The region and its grid of a spec (:data:`REGION_GRID`), whatever the mechanism."""
@@ -602,7 +602,7 @@ class CampaignSpec:
     ) -> CampaignSpec:
         if "domain" in data:
             raise SpecError(f"{mechanism} takes a region, not a domain", field="domain")
-        grid = cls._parse_grid(data, mechanism, max_cells=MAX_CELLS, stored=stored)
+        grid = cls.parse_grid(data, mechanism, max_cells=MAX_CELLS, stored=stored)
         region, cell = grid.region, grid.cell_size_m
         level: float | None = None
         radius: float | None = None

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtr
 
+from aggregator.estimation.region_advice import cell_edges_m
+from aggregator.estimation.region_advice import clustered_city as city_mass
 from shared.errors import ValidationError
 from shared.geo import Grid, Region
 
@@ -176,38 +177,19 @@ class Population:
         spread_m: tuple[float, float] = (100.0, 500.0),
         seed: int = 0,
     ) -> Population:
-        """A synthetic city: Gaussian hotspots over a uniform background, inside the region.
-
-        Hotspot centres are uniform in the region, their standard deviations
-        uniform in ``spread_m`` and their weights Zipf-like (the ``j``-th has
-        weight ``1 / j``), all drawn from ``seed``. A cell's probability is
-        the mixture's mass over the part of the cell inside the region
-        (computed exactly from the normal CDF), renormalised to the region.
-        """
+        """A synthetic city: Gaussian hotspots over a uniform background, inside the region
+        (:func:`aggregator.estimation.region_advice.clustered_city`, its arguments checked)."""
         hotspots = _count(hotspots, minimum=1, field="hotspots")
         if not 0 <= background <= 1:
             raise PopulationError("background must be in [0, 1]", field="background")
         low, high = spread_m
         if not 0 < low <= high:
             raise PopulationError("spread_m must be 0 < low <= high", field="spread_m")
-        generator = np.random.default_rng(seed)
-        width, height = _region_extent(grid)
-        centres_x = generator.uniform(0, width, hotspots)
-        centres_y = generator.uniform(0, height, hotspots)
-        sigmas = generator.uniform(low, high, hotspots)
-        weights = 1.0 / np.arange(1, hotspots + 1)
-        weights = generator.permutation(weights / weights.sum())
-        x_edges, y_edges = _cell_edges(grid)
-        mass = np.zeros((grid.rows, grid.cols))
-        for cx, cy, sigma, w in zip(centres_x, centres_y, sigmas, weights, strict=True):
-            px = np.diff(ndtr((x_edges - cx) / sigma))
-            py = np.diff(ndtr((y_edges - cy) / sigma))
-            mass += w * np.outer(py, px)
-        mass /= mass.sum()
-        area = np.outer(np.diff(y_edges), np.diff(x_edges))
-        mass = (1 - background) * mass + background * area / area.sum()
+        mass = city_mass(
+            grid, hotspots=hotspots, background=background, spread_m=spread_m, seed=seed
+        )
         name = f"clustered city ({hotspots} hotspots, seed {seed})"
-        return cls(name, mass.ravel() / mass.sum(), cell_labels(grid), grid=grid)
+        return cls(name, mass, cell_labels(grid), grid=grid)
 
     @classmethod
     def from_csv_points(
@@ -356,7 +338,7 @@ class Population:
         if self.points is not None:
             return [{"lat": float(lat), "lon": float(lon)} for lat, lon in self.points[users]]
         grid = self.grid
-        x_edges, y_edges = _cell_edges(grid)
+        x_edges, y_edges = cell_edges_m(grid)
         row, col = np.divmod(indices, grid.cols)
         margin = _EDGE_MARGIN * grid.cell_size_m
         x = generator.uniform(x_edges[col] + margin, x_edges[col + 1] - margin)
@@ -374,20 +356,6 @@ def _count(value: Any, minimum: int = 2, field: str = "k") -> int:
             f"{field} must be an integer >= {minimum}, got {value!r}", field=field
         )
     return int(value)
-
-
-def _region_extent(grid: Grid) -> tuple[float, float]:
-    """Width and height of the region in metres (the grid may reach a little beyond it)."""
-    region = grid.region
-    return grid.to_xy(region.lat_max, region.lon_max)
-
-
-def _cell_edges(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
-    """Cell edges in metres along x and y, the last ones cut at the region's edge."""
-    width, height = _region_extent(grid)
-    x_edges = np.minimum(np.arange(grid.cols + 1) * grid.cell_size_m, width)
-    y_edges = np.minimum(np.arange(grid.rows + 1) * grid.cell_size_m, height)
-    return x_edges, y_edges
 
 
 def _read_csv(path: str | Path, required: Sequence[str]) -> list[dict]:

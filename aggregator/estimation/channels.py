@@ -281,7 +281,7 @@ class KRRChannel(Channel):
 
     def draw_reports(self, users: np.ndarray, generator: np.random.Generator) -> np.ndarray:
         """Report counts of ``users[x]`` users of each category ``x``, drawn through the
-        mechanism (for simulations of a survey), in O(k) whatever the number of users: k-RR is
+        mechanism (for the advisor's simulations), in O(k) whatever the number of users: k-RR is
         the mixture that reports the true category with probability ``p_keep - p_other`` and
         otherwise one of all ``k`` uniformly (the true one included), which gives each user's
         report the channel's law; so the kept users are binomial per category and the others
@@ -291,10 +291,6 @@ class KRRChannel(Channel):
         others = int(users.sum() - kept.sum())
         spread = generator.multinomial(others, np.full(self.n_inputs, 1.0 / self.n_inputs))
         return (kept + spread).astype(float)
-
-    def draw_work(self, n: int) -> int:
-        """The work units of :meth:`draw_reports` for ``n`` users: a unit per category."""
-        return self.n_inputs
 
     def ibu_steps(self, counts: np.ndarray) -> KRRIBUSteps:
         """IBU steps on every row of ``counts`` at once: compiled loops (three passes over

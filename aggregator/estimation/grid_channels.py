@@ -226,41 +226,6 @@ class GridKernelChannel(Channel):
                 return reach
         return max(rows, cols)
 
-    @cached_property
-    def _offset_table(self) -> tuple[np.ndarray, np.ndarray]:
-        """The kernel's alias table (Vose): offset ``i`` is kept with probability
-        ``keep[i]``, else ``alias[i]`` is taken, after ``i`` is drawn uniformly."""
-        size = self.kernel.size
-        scaled = self.kernel.ravel() / self.kernel.sum() * size
-        keep, alias = np.ones(size), np.arange(size)
-        small = [int(i) for i in np.flatnonzero(scaled < 1.0)]
-        large = [int(i) for i in np.flatnonzero(scaled >= 1.0)]
-        while small and large:
-            lesser, greater = small.pop(), large.pop()
-            keep[lesser], alias[lesser] = scaled[lesser], greater
-            scaled[greater] -= 1.0 - scaled[lesser]
-            (small if scaled[greater] < 1.0 else large).append(greater)
-        return keep, alias  # what is left in either list keeps itself (rounding)
-
-    def draw_reports(self, users: np.ndarray, generator: np.random.Generator) -> np.ndarray:
-        """Report counts of ``users[x]`` users in each cell ``x``, drawn through the channel:
-        each user's offset from the kernel, clamped into the grid as the mechanism's
-        remapping does (for simulations of a survey, such as a bootstrap's; a counts vector is
-        ``Multinomial(n, p C)`` when ``users`` is ``Multinomial(n, p)``)."""
-        rows, cols = self.rows, self.cols
-        cells = np.repeat(np.arange(self.n_inputs), np.asarray(users, dtype=np.int64))
-        keep, alias = self._offset_table
-        offsets = generator.integers(0, keep.size, cells.size)
-        offsets = np.where(generator.random(cells.size) < keep[offsets], offsets, alias[offsets])
-        width = 2 * cols + 1
-        row = np.clip(cells // cols + offsets // width - rows, 0, rows - 1)
-        col = np.clip(cells % cols + offsets % width - cols, 0, cols - 1)
-        return np.bincount(row * cols + col, minlength=self.n_outputs).astype(float)
-
-    def draw_work(self, n: int) -> int:
-        """The work units of :meth:`draw_reports` for ``n`` users: a unit per user."""
-        return n
-
     @property
     def steps_run_in_parallel(self) -> bool:
         """With FFTW and numba the steps run in compiled loops that release Python's lock

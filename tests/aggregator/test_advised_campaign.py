@@ -10,7 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aggregator.estimation.advice import mean_cell_distance, oracle_mse, rank_region
+from aggregator.estimation.advice import oracle_mse
+from aggregator.estimation.region_advice import rank_grid
+from shared.geo import Grid, Region
 from shared.spec import (
     ADVISED_SCHEMA,
     DEFAULT_EXPECTED_USERS,
@@ -87,32 +89,41 @@ def test_a_range_gets_geometric_when_it_is_wide_and_krr_over_its_values_when_it_
     assert small["mechanism"] == "krr" and small["domain"] == ["1", "2", "3", "4"]
 
 
-def test_a_region_gets_the_grid_mechanism_that_moves_reports_least(client, admin):
-    """At 0.01 per metre over 200 m cells, the Euclidean exponential mechanism moves a report
-    about 140 m, planar Laplace 200 m (2 / epsilon, before snapping to cells)."""
+def test_a_region_is_ranked_by_the_simulation_ldp_simulate_advise_runs(client, admin):
+    """At 0.01 per metre over 200 m cells every mechanism for a region is simulated, k-RR and
+    OLH over the cells at 2 per cell among them; the ranking is the one
+    ``ldp-simulate advise --region`` prints, figure for figure, and the best is created."""
     response = create(
         client, admin, region=REGION, cell_size_m=200, privacy_level=2, privacy_radius_m=200
     )
     assert response.status_code == 201, response.get_json()
     body = response.get_json()
-    assert (body["mechanism"], body["metric"]) == ("exponential_grid", "euclidean")
-    assert body["epsilon"] == pytest.approx(0.01)
     ranking = body["advice"]["ranking"]
+    grid = Grid(Region(**REGION), 200.0)
+    expected = [o.to_dict() for o in rank_grid(grid, 0.01, DEFAULT_EXPECTED_USERS)]
+    assert ranking == json.loads(json.dumps(expected))
     assert sorted((o["mechanism"], o.get("metric") or "") for o in ranking) == [
         ("exponential_grid", "euclidean"),
         ("exponential_grid", "manhattan"),
         ("krr", ""),
+        ("olh", ""),
         ("planar_laplace", ""),
     ]
-    assert (ranking[0]["mechanism"], ranking[0]["metric"]) == ("exponential_grid", "euclidean")
-    # k-RR over the cells at 2 per cell sends most reports to a cell anywhere in the region.
-    assert ranking[-1]["mechanism"] == "krr" and ranking[-1]["epsilon"] == pytest.approx(2.0)
-    ranking = [o for o in ranking if o["mechanism"] != "krr"]
-    displacements = {o.get("metric", "planar"): o["mean_displacement_m"] for o in ranking}
-    assert displacements["planar"] == pytest.approx(200.0)
-    assert displacements["euclidean"] == pytest.approx(139.6, abs=0.5)
-    assert [o["mean_displacement_m"] for o in ranking] == sorted(displacements.values())
-    assert all(o["basis"].startswith("closed-form proxy") for o in ranking)
+    assert all(o["hosted"] for o in ranking)
+    assert all(o["basis"].startswith("simulation, 2 trials of 10,000 users") for o in ranking)
+    emd = [o["expected_emd_m"] for o in ranking]
+    assert emd == sorted(emd)
+    best = ranking[0]
+    assert body["mechanism"] == best["mechanism"]
+    assert body.get("metric") == best.get("metric")
+    assert body["epsilon"] == pytest.approx(best["epsilon"])
+    cells = {o["mechanism"]: o for o in ranking if o.get("as_cells")}
+    assert cells["krr"]["epsilon"] == pytest.approx(2.0) == cells["olh"]["epsilon"]
+    # The same request again gives the same advice (the simulation is seeded).
+    again = create(
+        client, admin, region=REGION, cell_size_m=200, privacy_level=2, privacy_radius_m=200
+    )
+    assert again.status_code == 200 and again.get_json()["advice"] == body["advice"]
 
 
 @pytest.mark.parametrize(
@@ -150,8 +161,9 @@ def test_expected_users_with_a_mechanism_is_refused(client, admin):
 
 def test_a_region_where_reports_hardly_move_gets_krr_over_its_cells(client, admin):
     """At 0.1 per metre over 200 m cells the exponential mechanism's spec refuses the step
-    (20 per cell) and k-RR over the cells at 20 keeps almost every report in its cell: it is
-    chosen, as a region campaign."""
+    (20 per cell), OLH is not simulated (its closed form loses to k-RR's over 30 cells at
+    20), and k-RR at 20 keeps every report in its cell where planar Laplace moves some 20 m
+    over a cell's edge: k-RR is chosen, as a region campaign."""
     response = create(client, admin, region=REGION, cell_size_m=200, epsilon=0.1)
     assert response.status_code == 201, response.get_json()
     body = response.get_json()
@@ -160,21 +172,15 @@ def test_a_region_where_reports_hardly_move_gets_krr_over_its_cells(client, admi
     assert [o["mechanism"] for o in body["advice"]["ranking"]] == ["krr", "planar_laplace"]
 
 
-def test_the_mean_distance_between_two_cells():
-    assert mean_cell_distance(2, 1) == 1.0
-    assert mean_cell_distance(1, 3) == pytest.approx(4 / 3)  # 1, 2 and 1 cells apart
-    assert mean_cell_distance(2, 2) == pytest.approx((4 * 1 + 2 * math.sqrt(2)) / 6)
-    assert mean_cell_distance(1, 1) == 0.0
-
-
 def test_a_region_ranks_only_the_grid_steps_a_spec_takes():
     """Below 0.01 per cell the exponential_grid spec is refused, and its lattice sum (whose
     cost grows as 1 / step^2) would run for minutes: it is not ranked."""
-    ranking = rank_region(200.0, 1e-7)
-    assert [option.mechanism for option in ranking] == ["planar_laplace"]
+    grid = Grid(Region(**REGION), 200.0)
+    ranking = rank_grid(grid, 1e-7, 1_000)
+    assert "exponential_grid" not in [option.mechanism for option in ranking]
     steps = {
         o.details["metric"]: o.epsilon * 200
-        for o in rank_region(200.0, 0.01)
+        for o in rank_grid(grid, 0.01, 1_000)
         if o.details.get("metric")
     }
     assert steps == pytest.approx({"euclidean": 2.0, "manhattan": 2.0 / math.sqrt(2)})

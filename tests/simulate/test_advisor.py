@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import numpy as np
 import pytest
@@ -155,6 +156,7 @@ def test_advise_table_and_errors():
 
 
 def test_advise_region_simulates_emd_within_its_time_budget():
+    started = time.perf_counter()
     result = invoke(
         "--region",
         "37.77,37.79,-122.43,-122.41",
@@ -181,4 +183,4 @@ def test_advise_region_simulates_emd_within_its_time_budget():
     # are hosted over a region's cells.
     assert {o["mechanism"] for o in ranking[-2:]} == {"krr", "olh"} and emd[-2] > 5 * emd[0]
     assert all(o["hosted"] for o in ranking)
-    assert sum(o["seconds"] for o in ranking) < 10  # 2 s unloaded; 2 cores shared here
+    assert time.perf_counter() - started < 10  # 2 s unloaded; 2 cores shared here

@@ -9,13 +9,9 @@ import pytest
 import scipy.optimize
 import scipy.stats
 
+from aggregator.estimation.distance import cell_centres_m, earth_movers_distance
 from shared.geo import Grid, Region
-from simulate.metrics import (
-    cell_centres_m,
-    earth_movers_distance,
-    kl_divergence,
-    score,
-)
+from simulate.metrics import kl_divergence, score
 
 GRID = Grid(Region(48.10, 48.13, 11.50, 11.54), 500.0)
 
