@@ -245,7 +245,8 @@ def rank_grid(
         _candidates(simulated, epsilon, grid.n_cells)
     ):
         channel = channel_for(mechanism)
-        emds, errors = [], []
+        emds: list[float | None] = []
+        errors = []
         for trial in range(trials):
             generator = np.random.default_rng([seed, trial, index])
             drawn = generator.multinomial(users, city)
@@ -253,8 +254,10 @@ def rank_grid(
             counts = draw_reports(channel, drawn, generator)
             estimate = point_estimate(mechanism, counts, seed=seed, channel=channel)
             emd = earth_movers_distance(truth, estimate, simulated)
-            emds.append(math.nan if emd is None else emd)
+            emds.append(emd)
             errors.append(float(np.sum((estimate - truth) ** 2)))
+        # None where an estimate was no distribution (the EMD is then undefined): ranked last.
+        measured = None if None in emds else [float(e) for e in emds if e is not None]
         options.append(
             Option(
                 mechanism=name,
@@ -263,13 +266,16 @@ def rank_grid(
                 basis=basis,
                 why=why,
                 hosted=hosted(name),
-                expected_emd_m=float(np.mean(emds)),
+                expected_emd_m=None if measured is None else float(np.mean(measured)),
                 details={
                     **details,
-                    "expected_emd_se_m": float(np.std(emds, ddof=1) / math.sqrt(trials))
-                    if trials > 1
+                    "expected_emd_se_m": float(np.std(measured, ddof=1) / math.sqrt(trials))
+                    if measured is not None and trials > 1
                     else None,
                 },
             )
         )
-    return sorted(options, key=lambda o: (o.expected_emd_m, not o.hosted))
+    return sorted(
+        options,
+        key=lambda o: (o.expected_emd_m is None, o.expected_emd_m or 0.0, not o.hosted),
+    )

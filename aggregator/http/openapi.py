@@ -34,10 +34,12 @@ from shared.schema import Shapes
 from shared.spec import (
     ADVISED_SCHEMA,
     CAMPAIGN_ID,
+    EUCLIDEAN,
     EXPONENTIAL_GRID,
     GEOMETRIC,
     HADAMARD_RESPONSE,
     KRR,
+    MANHATTAN,
     OLH_NAME,
     PLANAR_LAPLACE,
     REGION,
@@ -165,6 +167,26 @@ _ADVICE = {
                     "basis": {"type": "string"},
                     "why": {"type": "string"},
                     "hosted": {"type": "boolean"},
+                    "expected_emd_m": {
+                        "type": "number",
+                        "nullable": True,
+                        "description": "a region: the simulated earth mover's distance in "
+                        "metres of the mechanism's estimate (null where it is undefined)",
+                    },
+                    "expected_emd_se_m": {
+                        "type": "number",
+                        "nullable": True,
+                        "description": "its standard error over the simulation's draws",
+                    },
+                    "metric": {"type": "string", "enum": [EUCLIDEAN, MANHATTAN]},
+                    "as_cells": {
+                        "type": "boolean",
+                        "description": "an oracle over the region's cells",
+                    },
+                    "as_labels": {
+                        "type": "boolean",
+                        "description": "an oracle over a range's values as labels",
+                    },
                 },
                 "required": ["mechanism", "expected_mse", "epsilon", "basis", "hosted"],
             },
