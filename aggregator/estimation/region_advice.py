@@ -164,14 +164,14 @@ def _candidates(
     options: list[tuple[str, Callable[[], Mechanism], str, dict[str, Any], bool]] = [
         (
             PLANAR_LAPLACE,
-            lambda: PlanarLaplace(epsilon=epsilon, grid=grid),
+            functools.partial(PlanarLaplace, epsilon=epsilon, grid=grid),
             "continuous noise snapped to cells; nearby places hard to tell apart",
             {},
             True,
         ),
         (
             KRR_NAME,
-            lambda: KRR(epsilon=per_cell, grid=grid),
+            functools.partial(KRR, epsilon=per_cell, grid=grid),
             "k-RR over the cells at epsilon * cell: every pair of cells as protected as the "
             "two nearest; the error grows with the number of cells",
             {"as_cells": True},
@@ -179,7 +179,7 @@ def _candidates(
         ),
         (
             OLH_NAME,
-            lambda: OLH(epsilon=per_cell, grid=grid),
+            functools.partial(OLH, epsilon=per_cell, grid=grid),
             "OLH over the cells at epsilon * cell: every pair of cells as protected as the "
             "two nearest; better than k-RR once the cells outnumber 3 e^epsilon + 2",
             {"as_cells": True},
