@@ -25,7 +25,7 @@ import redis
 from aggregator.estimation.advised_spec import spec_and_advice
 from aggregator.http import estimates, export, windows
 from aggregator.http.enrollment import new_token
-from aggregator.services import guard_store, open_store
+from aggregator.services import open_store
 from aggregator.settings import Settings, SettingsError
 from aggregator.storage.redis_server import (
     DEFAULT_DATA_DIR,
@@ -111,8 +111,7 @@ class StoreOpener:
         """The store as the environment's settings (``LDP_SHARDS``, ...) say."""
         if self._store is None:
             settings = read_settings()
-            self._store, connection = open_store(self.url(), settings)
-            guard_store(self._store, connection, settings)  # bounds its estimate cache
+            self._store = open_store(self.url(), settings).store
         return self._store
 
     def close(self) -> None:
@@ -310,7 +309,7 @@ def serve(
         raise click.ClickException(str(exc)) from exc
     _warn_if_not_durable(url)
     # Campaigns of an earlier version are migrated once here, before any worker starts.
-    open_store(url, settings)[0].close()
+    open_store(url, settings).store.close()
     # Every worker builds its app from these settings, with the URL of the Redis just opened.
     app_factory = functools.partial(_worker_app, settings.replace(redis_url=url))
     control = str(lock.data_dir / CONTROL) if lock is not None else None

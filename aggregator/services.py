@@ -9,7 +9,7 @@ from __future__ import annotations
 import atexit
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import flask
 import redis
@@ -30,22 +30,38 @@ EXTENSION = "ldp"
 SETTINGS_EXTENSION = "ldp_settings"
 
 
+class OpenedStore(NamedTuple):
+    """A store, its connection, and the guard over its memory."""
+
+    store: CampaignStore
+    connection: Connection
+    capacity: CapacityGuard
+
+
 def open_store(
     url: str,
     settings: Settings,
     *,
     on_under_replicated: Callable[[str, int], None] | None = None,
-) -> tuple[CampaignStore, Connection]:
-    """The store at ``url`` (one Redis or a cluster) as ``settings`` say, and its connection.
+) -> OpenedStore:
+    """The store at ``url`` (one Redis or a cluster) as ``settings`` say, its connection,
+    and the guard over its memory.
 
     Campaigns stored by an earlier version are moved to the current layout first
     (:func:`aggregator.storage.migrate.migrate_campaigns`). New reports a master
     acknowledges with fewer replicas than asked for are counted in Redis
     (:class:`~aggregator.storage.replication.UnderReplicatedReports`) and passed on to
-    ``on_under_replicated(node, reports)``.
+    ``on_under_replicated(node, reports)``. The guard refuses reports above
+    ``STORAGE_HIGH_WATER``; the store's estimate cache takes the budget the settings give
+    it and its mark from the same reading, read once a second at most.
     """
     connection = open_connection(url, health_check_interval=30)
     counted = UnderReplicatedReports(connection, on_count=on_under_replicated)
+    capacity = CapacityGuard(
+        connection,
+        high_water=settings.storage_high_water,
+        check_interval_s=settings.storage_check_interval_s,
+    )
     store = CampaignStore(
         connection,
         report_id_ttl_s=settings.report_id_ttl_s,
@@ -57,26 +73,10 @@ def open_store(
         ack_replicas=settings.ack_replicas,
         ack_timeout_ms=settings.ack_timeout_ms,
         on_under_replicated=counted.record,
+        estimates=EstimateCache(connection, budget=settings.cache_budget, memory=capacity.reading),
     )
     migrate_campaigns(store)
-    return store, connection
-
-
-def guard_store(store: CampaignStore, connection: Connection, settings: Settings) -> CapacityGuard:
-    """The guard over the store's memory, which also bounds the store's estimate cache.
-
-    The guard refuses reports above ``STORAGE_HIGH_WATER``; the cache takes the budget
-    the settings give it and its mark from the same reading, read once a second at most.
-    """
-    capacity = CapacityGuard(
-        connection,
-        high_water=settings.storage_high_water,
-        check_interval_s=settings.storage_check_interval_s,
-    )
-    store.estimates = EstimateCache(
-        connection, budget=settings.cache_budget, memory=capacity.reading
-    )
-    return capacity
+    return OpenedStore(store, connection, capacity)
 
 
 class StoreHandle:
@@ -116,11 +116,9 @@ class StoreHandle:
                 if self.embedded is not None:
                     atexit.register(self.embedded.stop)
                 self._url = url
-                self._store, connection = open_store(
+                self._store, self._client, self._capacity = open_store(
                     url, settings, on_under_replicated=self._on_under_replicated
                 )
-                self._client = connection
-                self._capacity = guard_store(self._store, connection, settings)
                 self._replication = ReplicaWatch(self._store)
             return self._store
 

@@ -164,7 +164,7 @@ def _fill_earlier_days(env: dict[str, str], users: int) -> int:
     from shared.spec import CampaignSpec
 
     url = env.get("LDP_REDIS_URL") or EmbeddedRedis(env["LDP_DATA_DIR"]).url
-    store, connection = open_store(url, Settings.from_env(env))
+    store = open_store(url, Settings.from_env(env)).store
     spec = CampaignSpec.from_dict(COMMUTE)
     mechanism = Mechanism.from_spec(spec)
     today = int(time.time() // DAY_S) * DAY_S
@@ -186,7 +186,7 @@ def _fill_earlier_days(env: dict[str, str], users: int) -> int:
                 store.ingest(spec.id, batch, now=first + day * DAY_S + DAY_S / 2)
             stored += len(reports)
     finally:
-        connection.close()
+        store.close()
     return stored
 
 

@@ -56,6 +56,7 @@ if str(ROOT) not in sys.path:
 
 import redis  # noqa: E402
 import requests  # noqa: E402
+from redis.crc import key_slot  # noqa: E402
 
 from aggregator.storage.layout import Layout  # noqa: E402
 from scripts import clusterlib  # noqa: E402
@@ -234,7 +235,7 @@ def kill_and_recover(
     seed_node = redis.Redis.from_url(cluster_url, socket_timeout=5)
     placed = clusterlib.shard_masters(seed_node, layout)
     every_master = clusterlib.masters(seed_node)
-    record_slot = int(seed_node.execute_command("CLUSTER KEYSLOT", layout.record_key))
+    record_slot = key_slot(layout.record_key.encode())
     victim = clusterlib.slot_owners(seed_node)[record_slot]
     seed_node.close()
     by_master = Counter(placed.values())
@@ -471,9 +472,11 @@ def run(config: DrillConfig, workdir: Path | None = None) -> DrillFigures:
                 watcher = threading.Thread(target=watch)
                 probed: list = []
                 recovered = threading.Event()
-                probe_threads = [
-                    threading.Thread(
-                        target=lambda seed: probed.append(
+                probe_errors: list[BaseException] = []
+
+                def probing(seed: int) -> None:
+                    try:
+                        probed.append(
                             probe(
                                 server_urls,
                                 clusterlib.make_reports(PROBE_REPORTS, seed),
@@ -481,9 +484,12 @@ def run(config: DrillConfig, workdir: Path | None = None) -> DrillFigures:
                                 recovered,
                                 config.give_up_s,
                             )
-                        ),
-                        args=(config.seed + 5 + index,),
-                    )
+                        )
+                    except BaseException as exc:  # reported with the figures
+                        probe_errors.append(exc)
+
+                probe_threads = [
+                    threading.Thread(target=probing, args=(config.seed + 5 + index,))
                     for index in range(config.probe_threads)
                 ]
                 fault_thread.start()
@@ -502,6 +508,7 @@ def run(config: DrillConfig, workdir: Path | None = None) -> DrillFigures:
                     for thread in probe_threads:
                         thread.join()
                 figures.problems.extend(f"fault injection: {exc}" for exc in errors)
+                figures.problems.extend(f"failover probe: {exc}" for exc in probe_errors)
                 counted = clusterlib.counts_through_api(server_urls[1], CAMPAIGN)
                 probe_sent = [report for sent, _ in probed for report in sent]
                 figures.probed = len(probe_sent)

@@ -77,11 +77,10 @@ def replication_notice() -> dict[str, int | None] | None:
     holding = [master for master in reading.under_replicated if master.shards != 0]
     if not holding:
         return None
-    shards = [master.shards for master in holding]
     return {
         "wanted": reading.wanted,
         "masters": len(holding),
-        "shards": None if None in shards else sum(count or 0 for count in shards),
+        "shards": reading.under_replicated_shards,
         "reports": reading.reports,
     }
 

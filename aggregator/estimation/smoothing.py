@@ -75,9 +75,7 @@ class SmoothedProjection:
         self.seed = seed
 
     def _fit_width(self, counts: np.ndarray, channel: Channel, bandwidth: float) -> np.ndarray:
-        budget.charge(channel.n_inputs)
-        unbiased, _ = channel.solve_counts(counts)
-        return GridSmoother(self.rows, self.cols, bandwidth)(project_to_simplex(unbiased))
+        return GridSmoother(self.rows, self.cols, bandwidth)(self._projected(counts, channel))
 
     def fit(self, counts: Any, channel: Channel) -> SmoothedProjection:
         counts = report_counts(counts, channel)

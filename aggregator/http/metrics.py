@@ -398,14 +398,14 @@ class ReplicationCollector:
         yield GaugeMetricFamily(
             "ldp_redis_under_replicated_slots",
             "Cluster slots served by those masters (a single server serves all 16384).",
-            value=sum(master.slots for master in short),
+            value=reading.under_replicated_slots,
         )
-        shards = [master.shards for master in short]
-        if None not in shards:  # left out when the campaigns could not be read
+        shards = reading.under_replicated_shards
+        if shards is not None:  # left out when the campaigns could not be read
             yield GaugeMetricFamily(
                 "ldp_redis_under_replicated_shards",
                 "Campaign shards held by those masters.",
-                value=sum(count or 0 for count in shards),
+                value=shards,
             )
 
 

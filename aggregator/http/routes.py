@@ -121,11 +121,10 @@ def replication_body(reading: ReplicationReading, *, detailed: bool) -> dict[str
     where the campaigns could not be read). ``detailed`` adds each of those masters and the
     reports acknowledged by such masters since the store was created."""
     short = reading.under_replicated
-    shards = [master.shards for master in short]
     under: dict[str, Any] = {
         "masters": len(short),
-        "slots": sum(master.slots for master in short),
-        "shards": None if None in shards else sum(count or 0 for count in shards),
+        "slots": reading.under_replicated_slots,
+        "shards": reading.under_replicated_shards,
     }
     body: dict[str, Any] = {
         "replicas_wanted": reading.wanted,

@@ -166,7 +166,6 @@ class Campaigns:
                 f"campaign {spec.id!r} already exists with another spec", campaign_id=spec.id
             )
         # Outside the script (other slots); idempotent, so a re-run repairs a lost write.
-        self._layouts.pop(spec.id, None)
         self._open_shards(self.layout(spec.id), spec.spec_hash, fresh=created)
         self.connection.zadd(keys.CAMPAIGNS, {spec.id: created_at}, nx=True)
         return campaign, created

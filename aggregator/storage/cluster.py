@@ -251,23 +251,15 @@ class NodeWriter:
             checked = self._replicas[name] = (now, present)
         return min(self.ack_replicas, checked[1])
 
-    @staticmethod
-    def _send_one(client: redis.Redis, call: Call) -> Any:
-        """One script call's reply; the script is loaded first if the node lacks it."""
-        try:
-            return client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-        except NoScriptError:
-            client.script_load(call.script.script)
-            return client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-
     def _send(
         self, client: redis.Redis, calls: Sequence[Call], indices: list[int], replicas: int
     ) -> list[Any]:
         """The scripts of ``indices`` and a ``WAIT`` for ``replicas`` down one connection."""
         if len(indices) == 1 and not replicas:
             # One script and nothing to wait for (a single report on one server): sent as
-            # it is, without a pipeline's bookkeeping.
-            return [self._send_one(client, calls[indices[0]])]
+            # it is, without a pipeline's bookkeeping (redis-py loads it on NOSCRIPT).
+            call = calls[indices[0]]
+            return [call.script(keys=call.keys, args=call.args, client=client)]
         replies: dict[int, Any] = {}
         todo = indices
         # Each attempt may use another connection: WAIT counts only its own connection's writes.

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
-from aggregator.storage import keys
+from aggregator.storage import capacity, keys
 from aggregator.storage.cluster import Connection, lua_script
 from aggregator.storage.errors import is_out_of_memory
 from aggregator.storage.locks import Lock
@@ -50,8 +50,8 @@ ESTIMATE_CACHE_TTL_S = 24 * 3600
 # The cache's mark: no new entry above this share of maxmemory. Under the reports' default
 # mark (0.9) it leaves 15 % of maxmemory between the cache's last entry and the reports'
 # refusal; without a setting the aggregator takes this share of the reports' mark.
-DEFAULT_HIGH_WATER = 0.75
 DEFAULT_MARK_SHARE = 5 / 6
+DEFAULT_HIGH_WATER = capacity.DEFAULT_HIGH_WATER * DEFAULT_MARK_SHARE
 # Without a setting, the cache may hold this share of maxmemory (less than the room between
 # the two marks), and one campaign this share of that: four campaigns' analysts can have
 # their estimates cached at once, none can take the whole cache. At 1 GiB of maxmemory a

@@ -46,7 +46,6 @@ from aggregator.storage.errors import (
     ReportBudgetExceeded,
     SpecChanged,
 )
-from aggregator.storage.keys import seen as seen_key
 from aggregator.storage.layout import Layout, Route
 
 # What an ingest.lua call does (its ARGV[1]): store, check without storing, or check only the
@@ -337,8 +336,6 @@ class Ingestion:
             _window_key(layout.rate_key, shard, limit, moment),
             _window_key(layout.budget_key, shard, budget, moment),
         ]
-        # The shard's tag once: a batch of 1,000 reports names about 3,000 sets.
-        tag = layout.shard_tag(shard)
         slots: dict[int, int] = {}
         per_report: list[Any] = [len(items)] if mode == SIZE else []
         # The wire value is a function of the output index: each distinct one is sent once.
@@ -348,7 +345,7 @@ class Ingestion:
             slot = slots.get(route.bucket)
             if slot is None:
                 slot = slots[route.bucket] = len(slots)
-                keys.extend(seen_key(tag, window, route.bucket) for window in windows)
+                keys.extend(layout.seen_key(shard, window, route.bucket) for window in windows)
             per_report.extend((slot, route.member, report.output))
             if submission.enrollment_required:
                 per_report.append(digest)

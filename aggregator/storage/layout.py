@@ -45,6 +45,7 @@ import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from redis.crc import key_slot
 
@@ -167,8 +168,17 @@ class Layout:
         """The salts as the record keeps them: comma-separated, empty when all are 0."""
         return ",".join(map(str, self.salts)) if any(self.salts) else ""
 
+    @cached_property
+    def _tags(self) -> tuple[str, ...]:
+        """Every shard's tag, built once (each of a shard's keys, a report's seen-sets
+        included, starts from it)."""
+        salts = self.salts or (0,) * self.shards
+        return tuple(
+            keys.shard_tag(self.campaign_id, shard, salts[shard]) for shard in range(self.shards)
+        )
+
     def shard_tag(self, shard: int) -> str:
-        return keys.shard_tag(self.campaign_id, shard, self.salts[shard] if self.salts else 0)
+        return self._tags[shard]
 
     def slot(self, shard: int) -> int:
         """The cluster slot that holds every key of the shard (its tag decides it)."""

@@ -99,6 +99,18 @@ class ReplicationReading:
         """The masters with fewer replicas than writes wait for."""
         return tuple(master for master in self.masters if master.replicas < self.wanted)
 
+    @property
+    def under_replicated_slots(self) -> int:
+        """Cluster slots the under-replicated masters serve."""
+        return sum(master.slots for master in self.under_replicated)
+
+    @property
+    def under_replicated_shards(self) -> int | None:
+        """Campaign shards the under-replicated masters hold (None where the campaigns
+        could not be read)."""
+        shards = [master.shards for master in self.under_replicated]
+        return None if None in shards else sum(count or 0 for count in shards)
+
 
 class ReplicaWatch:
     """Reads the replicas of a store's masters, at most once every ``check_interval_s``.

@@ -110,6 +110,8 @@ class CampaignStore:
         Called as ``on_under_replicated(node, reports)`` when a master acknowledged
         ``reports`` new reports with fewer replicas than ``ack_replicas`` (None: a master
         with none yet, as after a failover); it must not raise.
+    estimates : EstimateCache, optional
+        The cache of estimates (default: one with the default budget and no memory mark).
     """
 
     def __init__(
@@ -127,6 +129,7 @@ class CampaignStore:
         ack_timeout_ms: int = 1000,
         clock: Callable[[], float] = time.time,
         on_under_replicated: Callable[[str, int], None] | None = None,
+        estimates: EstimateCache | None = None,
     ) -> None:
         if retention_s is not None and not retention_s > 0:
             raise ValueError(f"retention_s must be > 0 or None, got {retention_s!r}")
@@ -139,10 +142,6 @@ class CampaignStore:
         self.connection = connection
         self.clock = clock
         self.report_id_ttl_s = int(report_id_ttl_s)
-        # Raw reports older than this are trimmed from the stream (counts stay); None keeps all.
-        self.retention_s = retention_s
-        self.period_retention_s = period_retention_s
-        self.keeps_raw_reports = raw_reports == RAW_REPORTS_KEEP
         self.shards = shards
         self.max_reports = int(max_reports)
         self._campaigns = Campaigns(connection)
@@ -150,14 +149,28 @@ class CampaignStore:
             connection,
             ack_replicas=ack_replicas,
             ack_timeout_ms=ack_timeout_ms,
-            keeps_raw_reports=self.keeps_raw_reports,
+            keeps_raw_reports=raw_reports == RAW_REPORTS_KEEP,
             retention_s=retention_s,
             period_retention_s=period_retention_s,
             on_under_replicated=on_under_replicated,
         )
         self._requests = RequestCounter(connection)
         self.sessions = SessionStore(connection)
-        self.estimates = EstimateCache(connection)
+        self.estimates = EstimateCache(connection) if estimates is None else estimates
+
+    @property
+    def retention_s(self) -> float | None:
+        """Raw reports older than this are trimmed from the stream (counts stay); None keeps
+        all."""
+        return self._ingestion.retention_s
+
+    @property
+    def period_retention_s(self) -> float | None:
+        return self._ingestion.period_retention_s
+
+    @property
+    def keeps_raw_reports(self) -> bool:
+        return self._ingestion.keeps_raw_reports
 
     @property
     def writer(self) -> NodeWriter:
@@ -252,14 +265,27 @@ class CampaignStore:
         and :class:`~aggregator.storage.cluster.NotAcknowledged` mean the reports may or
         may not be stored: sending them again is safe.
         """
-        moment = self.clock() if now is None else now
-        # The process's copies: a spec and a layout never change, and ingest must cost no
+        # The process's copy: a spec and a layout never change, and ingest must cost no
         # extra read (nor read the record, whose master may be failing over).
-        layout = self._campaigns.layout(campaign_id)
         campaign = self._campaigns.for_reports(campaign_id)
+        return self._ingest(
+            campaign, reports, enrollment_required, spec_hash, rate_limit, report_budget, now
+        )
+
+    def _ingest(
+        self,
+        campaign: Campaign,
+        reports: Sequence[StoredReport],
+        enrollment_required: bool,
+        spec_hash: str | None,
+        rate_limit: RateLimit | None,
+        report_budget: ReportBudget | None,
+        now: float | None,
+    ) -> IngestResult:
+        moment = self.clock() if now is None else now
         return self._ingestion.run(
             Submission(
-                layout=layout,
+                layout=self._campaigns.layout(campaign.spec.id),
                 reports=reports,
                 enrollment_required=enrollment_required,
                 spec_hash=spec_hash,
@@ -292,37 +318,26 @@ class CampaignStore:
         reports checked and stored once more, else the refusal stands.
         """
         campaign = self._campaigns.for_reports(campaign_id)
-        try:
-            return self._ingest_checked(campaign, check, rate_limit, report_budget, now)
-        except STALE_COPY_REFUSALS:
-            self._campaigns.forget(campaign_id)
-            fresh = self._campaigns.for_reports(campaign_id)
-            if fresh.spec_hash == campaign.spec_hash:
-                raise
-        try:
-            return self._ingest_checked(fresh, check, rate_limit, report_budget, now)
-        except STALE_COPY_REFUSALS:
-            self._campaigns.forget(campaign_id)
-            raise
-
-    def _ingest_checked(
-        self,
-        campaign: Campaign,
-        check: Callable[[Campaign], Sequence[StoredReport]],
-        rate_limit: RateLimit | None,
-        report_budget: ReportBudget | None,
-        now: float | None,
-    ) -> IngestResult:
-        reports = check(campaign)
-        return self.ingest(
-            campaign.spec.id,
-            reports,
-            enrollment_required=campaign.spec.enrollment_required,
-            spec_hash=campaign.spec_hash,
-            rate_limit=rate_limit,
-            report_budget=report_budget,
-            now=now,
-        )
+        for attempt in (1, 2):
+            try:
+                return self._ingest(
+                    campaign,
+                    check(campaign),
+                    campaign.spec.enrollment_required,
+                    campaign.spec_hash,
+                    rate_limit,
+                    report_budget,
+                    now,
+                )
+            except STALE_COPY_REFUSALS:
+                self._campaigns.forget(campaign_id)
+                if attempt == 2:
+                    raise
+                fresh = self._campaigns.for_reports(campaign_id)
+                if fresh.spec_hash == campaign.spec_hash:
+                    raise
+                campaign = fresh
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     # -- what the shards hold (:mod:`~aggregator.storage.counts` and others) ----------------
 

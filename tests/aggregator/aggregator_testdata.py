@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import uuid
 
+from aggregator.app import create_app
+from aggregator.services import EXTENSION
+
 ADMIN_TOKEN = "test-admin-token-0123456789abcdefghij"
 ANALYST_TOKEN = "test-analyst-token-0123456789abcdefghij"
 KRR_SPEC = {
@@ -74,3 +77,11 @@ def submit(client, campaign_id: str, values: list, chunk: int = 500) -> None:
         }
         response = client.post(f"/api/v1/campaigns/{campaign_id}/reports", json=body)
         assert response.status_code == 200, response.get_json()
+
+
+def short_app_of(config, **settings):
+    """An app whose store waits for 1 replica, or as many as the master has (none): as a
+    cluster's does with LDP_ACK_REPLICAS unset while a promoted master has no replica."""
+    app = create_app({**config, "ACK_REPLICAS": 1, **settings})
+    app.extensions[EXTENSION].get().writer.only_present = True
+    return app

@@ -27,6 +27,13 @@ def redis_url(redis_server):
 
 
 @pytest.fixture
+def connection(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
 def store(redis_url):
     connection = redis.Redis.from_url(redis_url)
     # Most tests look at the raw reports too; the default (counts only) has tests of its own.

@@ -20,6 +20,7 @@ from aggregator_testdata import (
     KRR_SPEC,
     OLH_SPEC,
     PLANAR_SPEC,
+    short_app_of,
 )
 
 from aggregator.app import create_app
@@ -113,10 +114,7 @@ def notice_of(client, url: str = "/dashboard/") -> str | None:
 
 
 def test_an_admin_sees_a_notice_while_a_master_holding_shards_has_no_replica(config, admin):
-    # A store that waits for 1 replica, or as many as the master has (none): as a cluster's
-    # does with LDP_ACK_REPLICAS unset while a master promoted by a failover has none yet.
-    app = create_app({**config, "ACK_REPLICAS": 1})
-    app.extensions[EXTENSION].get().writer.only_present = True
+    app = short_app_of(config)
     client = app.test_client()
     assert client.post("/api/v1/campaigns", json=KRR_SPEC, headers=admin).status_code == 201
     post_reports(client, KRR_SPEC, ["apple", "banana", "cherry"], seed=5)
@@ -787,8 +785,6 @@ def test_the_dashboards_data_follow_the_window_through_the_apis_code(client, adm
     import datetime
 
     from test_windows import DAILY, Clock, send
-
-    from aggregator.services import EXTENSION
 
     monday = datetime.datetime(2026, 11, 2, tzinfo=datetime.UTC).timestamp()
     day = 86400.0

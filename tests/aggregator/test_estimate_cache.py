@@ -43,13 +43,6 @@ LABELS = 4000
 
 
 @pytest.fixture
-def connection(redis_url):
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
 def now(connection):
     """The caches' clock, unix seconds moved by hand: from Redis's now, which expires keys."""
     seconds, micros = connection.time()
@@ -243,7 +236,7 @@ def test_the_counted_bytes_cover_what_redis_allocates(connection, now):
     assert allocated <= counted <= allocated + 30 * BOOKKEEPING_BYTES
 
 
-def test_the_cache_settings(monkeypatch):
+def test_the_cache_settings():
     settings = Settings.from_env(
         {"LDP_CACHE_MAX_BYTES": "64mb", "LDP_CACHE_CAMPAIGN_MAX_BYTES": "16mb"}
     )

@@ -211,8 +211,10 @@ def test_a_request_answers_at_its_time_limit_whatever_its_computation_does(
     assert time.monotonic() - started < timeout_s + OVERRUN_BOUND_S / 2
     assert response.status_code == 503
     assert response.get_json()["error"]["code"] == "estimate_timed_out"
-    # The computation left behind stops at its first check of the budget, past its deadline.
-    assert pool.apply(lambda: 42) == 42
+    # The computation left behind stops at its first check of the budget, past its deadline
+    # (a thread still stuck would fail the call, not hang the test).
+    with gevent.Timeout(3):
+        assert pool.apply(lambda: 42) == 42
 
 
 def test_numba_is_set_up_with_locks_of_the_operating_system_before_gevent_patches():
@@ -246,7 +248,8 @@ def test_a_stopped_estimate_frees_its_pool_thread(config, store, analyst, monkey
         assert client.get(KRR_URL, headers=analyst).status_code == 503
     # With one thread in the pool, a thread still stuck in the loop would block this call.
     started = time.monotonic()
-    assert pool.apply(lambda: 42) == 42
+    with gevent.Timeout(3):
+        assert pool.apply(lambda: 42) == 42
     assert time.monotonic() - started < 1
     assert pool.size <= 1
 

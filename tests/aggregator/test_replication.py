@@ -19,12 +19,11 @@ from aggregator_testdata import (
     PLANAR_SPEC,
     create_campaign,
     new_id,
+    short_app_of,
 )
 from support.ports import free_port
 from test_metrics import samples_of, scrape, value
 
-from aggregator.app import create_app
-from aggregator.services import EXTENSION
 from aggregator.storage.cluster import Call, NodeWriter, NotAcknowledged, node_name
 from aggregator.storage.replication import ReplicaWatch, UnderReplicatedReports
 from aggregator.storage.store import CampaignStore
@@ -37,13 +36,6 @@ ANALYST = {"Authorization": f"Bearer {ANALYST_TOKEN}"}
 METRICS_TOKEN = "metrics-scraper-token-0123456789abcdef"
 # Stores a number under KEYS[1] and answers as ingest.lua does: {status, accepted, ...}.
 SCRIPT = "redis.call('SET', KEYS[1], ARGV[1]); return {0, tonumber(ARGV[1]), 0, 0, 0, 0}"
-
-
-@pytest.fixture
-def connection(redis_url):
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
 
 
 def calls(connection, *accepted: int) -> list[Call]:
@@ -151,14 +143,6 @@ def test_a_master_that_does_not_answer_is_left_out():
     down = redis.Redis.from_url(f"redis://127.0.0.1:{free_port()}")
     reading = ReplicaWatch(CampaignStore(down, ack_replicas=1)).reading()
     assert (reading.masters, reading.reports) == ((), None)
-
-
-def short_app_of(config, **settings):
-    """An app whose store waits for 1 replica, or as many as the master has (none): as a
-    cluster's does with LDP_ACK_REPLICAS unset while a promoted master has no replica."""
-    app = create_app({**config, "ACK_REPLICAS": 1, **settings})
-    app.extensions[EXTENSION].get().writer.only_present = True
-    return app
 
 
 @pytest.fixture

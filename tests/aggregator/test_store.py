@@ -13,6 +13,7 @@ from redis.crc import key_slot
 
 from aggregator.storage.errors import CampaignClosed, CampaignExists, CampaignNotFound
 from aggregator.storage.ingest import StoredReport
+from aggregator.storage.keys import CAMPAIGNS
 from aggregator.storage.store import CampaignStore
 from shared.errors import SpecError
 from shared.spec import CampaignSpec
@@ -116,7 +117,7 @@ def test_hourly_counts_bucket_by_hour(store):
 def test_each_shard_of_a_campaign_keeps_its_keys_in_one_slot(store):
     store.create_campaign(KRR)
     store.ingest(KRR.id, reports(*[i % 4 for i in range(200)]))
-    keys = [k.decode() for k in store.connection.keys("*") if k != b"ldp:campaigns"]
+    keys = [k.decode() for k in store.connection.keys("*") if k != CAMPAIGNS.encode()]
     layout = store.layout(KRR.id)
     assert layout.shards == 16
     by_tag: dict[str, set[int]] = {}
