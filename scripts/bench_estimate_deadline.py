@@ -54,6 +54,7 @@ from aggregator.estimation import channel_for  # noqa: E402
 from aggregator.http.estimates import CONFIDENCE_LEVELS  # noqa: E402
 from aggregator.storage.redis_server import EmbeddedRedis  # noqa: E402
 from aggregator.storage.store import CampaignStore, StoredReport  # noqa: E402
+from scripts.bench_estimates import square_region  # noqa: E402
 from scripts.bench_windows import ANALYST, start_server, stop_server  # noqa: E402
 from scripts.benchlib import write_section  # noqa: E402
 from shared.mechanisms import Mechanism  # noqa: E402
@@ -62,20 +63,6 @@ from shared.spec import CampaignSpec  # noqa: E402
 BATCH = 1000
 # A request unanswered after this long counts as "no answer", with this wait as its time.
 ANSWER_WAIT_S = 60.0
-# Metres per degree of latitude, and of longitude at the regions' latitude.
-_LAT_PER_M = 1 / 111_195
-_LON_PER_M = 1 / (111_195 * math.cos(math.radians(37.77)))
-
-
-def region(cells: int, cell_m: float) -> dict[str, float]:
-    """A square region of ``cells`` x ``cells`` cells of ``cell_m`` metres."""
-    side = cells * cell_m * 0.999
-    return {
-        "lat_min": 37.70,
-        "lat_max": 37.70 + side * _LAT_PER_M,
-        "lon_min": -122.50,
-        "lon_max": -122.50 + side * _LON_PER_M,
-    }
 
 
 def grid_campaign(
@@ -86,7 +73,7 @@ def grid_campaign(
         "id": campaign_id,
         "title": f"{mechanism}, {cells} x {cells} cells (benchmark)",
         "mechanism": mechanism,
-        "region": region(cells, cell_m),
+        "region": square_region(cells, cell_m),
         "cell_size_m": cell_m,
         **fields,
     }

@@ -73,20 +73,25 @@ _LAT_PER_M = 1 / 111_195
 _LON_PER_M = 1 / (111_195 * math.cos(math.radians(37.77)))
 
 
+def square_region(cells: int, cell_m: float) -> dict[str, float]:
+    """A square region of ``cells`` x ``cells`` cells of ``cell_m`` metres."""
+    side = cells * cell_m * 0.999
+    return {
+        "lat_min": 37.70,
+        "lat_max": 37.70 + side * _LAT_PER_M,
+        "lon_min": -122.50,
+        "lon_max": -122.50 + side * _LON_PER_M,
+    }
+
+
 def grid_spec(campaign_id: str, cells: int, cell_m: float = 100.0) -> dict[str, Any]:
     """A planar campaign of ``cells`` x ``cells`` cells of ``cell_m`` metres (ln 2 per 100 m)."""
-    side = cells * cell_m * 0.999
     return {
         "id": campaign_id,
         "title": f"{cells} x {cells} grid (benchmark)",
         "mechanism": "planar_laplace",
         "epsilon": math.log(2) / 100,
-        "region": {
-            "lat_min": 37.70,
-            "lat_max": 37.70 + side * _LAT_PER_M,
-            "lon_min": -122.50,
-            "lon_max": -122.50 + side * _LON_PER_M,
-        },
+        "region": square_region(cells, cell_m),
         "cell_size_m": cell_m,
     }
 
